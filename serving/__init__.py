@@ -1,0 +1,1 @@
+"""dsv4-serve: serving DeepSeek-V4 with MTP speculative decoding."""

@@ -1,0 +1,73 @@
+"""dsv4-serve: the command-line entry point."""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def _cmd_golden_model(args: argparse.Namespace) -> int:
+    from serving.golden import GoldenDesign, write_golden_model
+
+    try:
+        design = GoldenDesign(draft_agreement=args.draft_agreement, seed=args.seed)
+    except ValueError as exc:
+        print(f"dsv4-serve golden-model: {exc}", file=sys.stderr)
+        return 2
+    out = write_golden_model(args.out_dir, design)
+    print(f"golden DSV4 checkpoint written to {out} (draft_agreement={design.draft_agreement})")
+    return 0
+
+
+def _cmd_overrides(args: argparse.Namespace) -> int:
+    from model_overrides.__main__ import main as overrides_main
+
+    return overrides_main([])
+
+
+def _cmd_serve_vllm(args: argparse.Namespace) -> int:
+    """vLLM's own OpenAI server on the golden model (a baseline; `up` serves through Ray)."""
+    from serving.golden import write_golden_model
+    from serving.golden_engine import CPU_ENV, golden_engine_kwargs, to_cli_args
+
+    model_dir = Path(args.model_dir)
+    if not (model_dir / "config.json").exists():
+        print(f"writing the golden model to {model_dir} ...", flush=True)
+        write_golden_model(model_dir)
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    cmd += to_cli_args(golden_engine_kwargs(model_dir))
+    cmd += ["--host", args.host, "--port", str(args.port)]
+    env = {**CPU_ENV, **os.environ}
+    print(f"starting vLLM's OpenAI server on http://{args.host}:{args.port}/v1 ...", flush=True)
+    os.execvpe(cmd[0], cmd, env)
+    return 0  # not reached
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dsv4-serve", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    golden = sub.add_parser("golden-model", help="write the golden tiny DSV4 checkpoint")
+    golden.add_argument("out_dir")
+    golden.add_argument("--draft-agreement", type=float, default=1.0)
+    golden.add_argument("--seed", type=int, default=0)
+    golden.set_defaults(func=_cmd_golden_model)
+
+    overrides = sub.add_parser("overrides", help="print the DSV4 override status table")
+    overrides.set_defaults(func=_cmd_overrides)
+
+    serve_vllm = sub.add_parser("serve-vllm", help="vLLM's own OpenAI server on the golden model")
+    serve_vllm.add_argument("--model-dir", default=".cache/models/golden")
+    serve_vllm.add_argument("--host", default="127.0.0.1")
+    serve_vllm.add_argument("--port", type=int, default=8000)
+    serve_vllm.set_defaults(func=_cmd_serve_vllm)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

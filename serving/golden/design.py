@@ -1,0 +1,91 @@
+"""What the golden model computes, defined independently of vLLM.
+
+Tokens are one-hot directions of the hidden space. Every attention output
+projection (``wo_b``) and every expert down projection (``w2``) is zero, so each
+layer adds nothing and the residual stream carries the input token's embedding
+to the head. The head maps each token's direction to its successor, so greedy
+decoding walks a fixed ring of words. The MTP layer sees the token the target just
+produced; its ``e_proj`` is a permutation that is the identity on "agreeing"
+tokens, so on those the draft proposes exactly the target's next token.
+"""
+
+import random
+from dataclasses import dataclass
+from functools import cached_property
+
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
+HIDDEN_SIZE = 256
+VOCAB_SIZE = HIDDEN_SIZE  # one-hot embeddings need vocab <= hidden
+_CONSONANTS = "bdfgklmnprstvz"
+_VOWELS = "aeiou"
+
+
+def _word_list(count: int) -> list[str]:
+    syllables = [c + v for c in _CONSONANTS for v in _VOWELS]
+    words = sorted({a + b for a in syllables for b in syllables})
+    # random.Random(int) is stable across Python versions: same words everywhere.
+    return random.Random(20260430).sample(words, count)
+
+
+@dataclass(frozen=True)
+class GoldenDesign:
+    draft_agreement: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.draft_agreement <= 1.0:
+            raise ValueError(f"draft_agreement must be in [0, 1], got {self.draft_agreement}")
+
+    @cached_property
+    def words(self) -> list[str]:
+        return _word_list(VOCAB_SIZE - len(SPECIAL_TOKENS))
+
+    @property
+    def vocab(self) -> list[str]:
+        return list(SPECIAL_TOKENS) + self.words
+
+    @property
+    def first_word_id(self) -> int:
+        return len(SPECIAL_TOKENS)
+
+    def successor(self, token_id: int) -> int:
+        """The target's greedy next token: the next word on the ring."""
+        first, n = self.first_word_id, len(self.words)
+        if token_id < first:
+            return first
+        return first + (token_id - first + 1) % n
+
+    @cached_property
+    def disagreeing_tokens(self) -> frozenset[int]:
+        """Word ids on which the MTP draft is deliberately wrong."""
+        word_ids = list(range(self.first_word_id, VOCAB_SIZE))
+        count = round((1.0 - self.draft_agreement) * len(word_ids))
+        return frozenset(random.Random(self.seed + 7).sample(word_ids, count))
+
+    def draft_input_map(self, token_id: int) -> int:
+        """The token whose direction the MTP ``e_proj`` maps ``token_id`` to."""
+        if token_id not in self.disagreeing_tokens:
+            return token_id
+        # A different word: its successor then differs from the target's.
+        return self.successor(self.successor(token_id))
+
+    def draft(self, token_id: int) -> int:
+        """The MTP layer's proposal after the target produced ``token_id``."""
+        return self.successor(self.draft_input_map(token_id))
+
+    def greedy(self, prompt_ids: list[int], max_tokens: int) -> list[int]:
+        out, last = [], prompt_ids[-1]
+        for _ in range(max_tokens):
+            last = self.successor(last)
+            out.append(last)
+        return out
+
+    def token_ids(self, text: str) -> list[int]:
+        index = {w: i for i, w in enumerate(self.vocab)}
+        return [index.get(w, UNK_ID) for w in text.lower().split()]
+
+    def continuation(self, prompt: str, max_tokens: int) -> str:
+        """Expected greedy completion text, as the tokenizer's decoder renders it."""
+        ids = self.greedy(self.token_ids(prompt), max_tokens)
+        return "".join(" " + self.vocab[i] for i in ids)

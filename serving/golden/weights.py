@@ -1,0 +1,167 @@
+"""Designed weights for the golden DSV4, in DeepSeek's original checkpoint naming.
+
+Everything that feeds the output is exact (one-hot embeddings, a successor head,
+zero output projections, neutral hyper-connections). Everything inside attention
+and routing gets small seeded values, so the real kernels run on non-trivial data
+and any NaN they produce still reaches the output (0 * NaN = NaN).
+"""
+
+from collections.abc import Iterator
+
+import torch
+
+from serving.golden.architecture import golden_config
+from serving.golden.design import HIDDEN_SIZE, VOCAB_SIZE, GoldenDesign
+
+Tensors = dict[str, torch.Tensor]
+_BF16 = torch.bfloat16
+_F32 = torch.float32
+
+
+class _Filler:
+    def __init__(self, seed: int) -> None:
+        self._gen = torch.Generator().manual_seed(seed)
+
+    def small(self, *shape: int, dtype: torch.dtype = _BF16, scale: float = 0.05) -> torch.Tensor:
+        return (torch.randn(*shape, generator=self._gen) * scale).to(dtype)
+
+    def ints(self, high: int, *shape: int) -> torch.Tensor:
+        return torch.randint(0, high, shape, generator=self._gen, dtype=torch.int32)
+
+
+def _neutral_hc(prefix: str, cfg: dict) -> Tensors:
+    """fn = 0, base = 0, scale = 1: pre = 0.5, post = 1, comb exactly uniform."""
+    hc, dim = cfg["hc_mult"], cfg["hidden_size"]
+    mix = (2 + hc) * hc
+    out: Tensors = {}
+    for site in ("attn", "ffn"):
+        out[f"{prefix}hc_{site}_fn"] = torch.zeros(mix, hc * dim, dtype=_F32)
+        out[f"{prefix}hc_{site}_base"] = torch.zeros(mix, dtype=_F32)
+        out[f"{prefix}hc_{site}_scale"] = torch.ones(3, dtype=_F32)
+    return out
+
+
+def _hc_head(prefix: str, cfg: dict) -> Tensors:
+    hc, dim = cfg["hc_mult"], cfg["hidden_size"]
+    return {
+        f"{prefix}hc_head_fn": torch.zeros(hc, hc * dim, dtype=_F32),
+        f"{prefix}hc_head_base": torch.zeros(hc, dtype=_F32),
+        f"{prefix}hc_head_scale": torch.ones(1, dtype=_F32),
+    }
+
+
+def _compressor(prefix: str, fill: _Filler, dim: int, head_dim: int, ratio: int) -> Tensors:
+    coff = 2 if ratio == 4 else 1  # ratio-4 compressors overlap windows
+    return {
+        f"{prefix}wkv.weight": fill.small(coff * head_dim, dim),
+        f"{prefix}wgate.weight": fill.small(coff * head_dim, dim),
+        f"{prefix}ape": fill.small(ratio, coff * head_dim, dtype=_F32),
+        f"{prefix}norm.weight": torch.ones(head_dim, dtype=_BF16),
+    }
+
+
+def _attention(prefix: str, fill: _Filler, cfg: dict, ratio: int) -> Tensors:
+    dim, heads, head_dim = cfg["hidden_size"], cfg["num_attention_heads"], cfg["head_dim"]
+    q_lora, groups, o_lora = cfg["q_lora_rank"], cfg["o_groups"], cfg["o_lora_rank"]
+    out: Tensors = {
+        f"{prefix}wq_a.weight": fill.small(q_lora, dim),
+        f"{prefix}wkv.weight": fill.small(head_dim, dim),
+        f"{prefix}q_norm.weight": torch.ones(q_lora, dtype=_BF16),
+        f"{prefix}kv_norm.weight": torch.ones(head_dim, dtype=_BF16),
+        f"{prefix}wq_b.weight": fill.small(heads * head_dim, q_lora),
+        f"{prefix}wo_a.weight": fill.small(groups * o_lora, heads * head_dim // groups),
+        # Zero: attention adds nothing to the residual stream.
+        f"{prefix}wo_b.weight": torch.zeros(dim, groups * o_lora, dtype=_BF16),
+        f"{prefix}attn_sink": fill.small(heads, dtype=_F32),
+    }
+    if ratio > 1:
+        out |= _compressor(f"{prefix}compressor.", fill, dim, head_dim, ratio)
+    if ratio == 4:
+        idx_heads, idx_dim = cfg["index_n_heads"], cfg["index_head_dim"]
+        out |= {
+            f"{prefix}indexer.wq_b.weight": fill.small(idx_heads * idx_dim, q_lora),
+            f"{prefix}indexer.weights_proj.weight": fill.small(idx_heads, dim),
+        }
+        out |= _compressor(f"{prefix}indexer.compressor.", fill, dim, idx_dim, ratio)
+    return out
+
+
+def _moe(prefix: str, fill: _Filler, cfg: dict, hash_routed: bool) -> Tensors:
+    dim, inter, experts = cfg["hidden_size"], cfg["moe_intermediate_size"], cfg["n_routed_experts"]
+    shared_inter = inter * cfg["n_shared_experts"]
+    out: Tensors = {f"{prefix}gate.weight": fill.small(experts, dim)}
+    if hash_routed:
+        out[f"{prefix}gate.tid2eid"] = fill.ints(
+            experts, cfg["vocab_size"], cfg["num_experts_per_tok"]
+        )
+    else:
+        out[f"{prefix}gate.bias"] = fill.small(experts, dtype=_F32)
+    for e in range(experts):
+        out[f"{prefix}experts.{e}.w1.weight"] = fill.small(inter, dim)
+        out[f"{prefix}experts.{e}.w3.weight"] = fill.small(inter, dim)
+        # Zero: experts add nothing to the residual stream.
+        out[f"{prefix}experts.{e}.w2.weight"] = torch.zeros(dim, inter, dtype=_BF16)
+    out[f"{prefix}shared_experts.w1.weight"] = fill.small(shared_inter, dim)
+    out[f"{prefix}shared_experts.w3.weight"] = fill.small(shared_inter, dim)
+    out[f"{prefix}shared_experts.w2.weight"] = torch.zeros(dim, shared_inter, dtype=_BF16)
+    return out
+
+
+def _block(prefix: str, fill: _Filler, cfg: dict, layer: int, ratio: int) -> Tensors:
+    dim = cfg["hidden_size"]
+    out = {
+        f"{prefix}attn_norm.weight": torch.ones(dim, dtype=_BF16),
+        f"{prefix}ffn_norm.weight": torch.ones(dim, dtype=_BF16),
+    }
+    out |= _neutral_hc(prefix, cfg)
+    out |= _attention(f"{prefix}attn.", fill, cfg, ratio)
+    out |= _moe(f"{prefix}ffn.", fill, cfg, hash_routed=layer < cfg["num_hash_layers"])
+    return out
+
+
+def one_hot_rows(targets: list[int]) -> torch.Tensor:
+    """Row i is the one-hot direction of token targets[i] (as a [V, H] matrix)."""
+    rows = torch.zeros(len(targets), HIDDEN_SIZE, dtype=_BF16)
+    rows[torch.arange(len(targets)), torch.tensor(targets)] = 1.0
+    return rows
+
+
+def _successor_head(design: GoldenDesign) -> torch.Tensor:
+    """Logit of token j is high where the hidden state is the direction of a predecessor of j."""
+    head = torch.zeros(VOCAB_SIZE, HIDDEN_SIZE, dtype=_BF16)
+    for token in range(VOCAB_SIZE):
+        head[design.successor(token), token] = 1.0
+    return head
+
+
+def _mtp(index: int, design: GoldenDesign, fill: _Filler, cfg: dict) -> Tensors:
+    prefix, dim = f"mtp.{index}.", cfg["hidden_size"]
+    # e_proj: column t holds the direction the draft treats token t as.
+    e_proj = one_hot_rows([design.draft_input_map(t) for t in range(VOCAB_SIZE)]).T.contiguous()
+    out: Tensors = {
+        f"{prefix}enorm.weight": torch.ones(dim, dtype=_BF16),
+        f"{prefix}hnorm.weight": torch.ones(dim, dtype=_BF16),
+        f"{prefix}e_proj.weight": e_proj,
+        # Zero: the draft ignores the target's hidden state.
+        f"{prefix}h_proj.weight": torch.zeros(dim, dim, dtype=_BF16),
+        f"{prefix}norm.weight": torch.ones(dim, dtype=_BF16),
+    }
+    out |= _hc_head(prefix, cfg)
+    out |= _block(prefix, fill, cfg, layer=cfg["num_hidden_layers"] + index, ratio=1)
+    return out
+
+
+def golden_tensors(design: GoldenDesign) -> Iterator[Tensors]:
+    """The checkpoint, one shard-sized group at a time (top level, then each layer)."""
+    cfg = golden_config()
+    fill = _Filler(design.seed)
+    top: Tensors = {
+        "embed.weight": one_hot_rows(list(range(VOCAB_SIZE))),
+        "head.weight": _successor_head(design),
+        "norm.weight": torch.ones(cfg["hidden_size"], dtype=_BF16),
+    }
+    yield top | _hc_head("", cfg)
+    for layer, ratio in enumerate(cfg["compress_ratios"][: cfg["num_hidden_layers"]]):
+        yield _block(f"layers.{layer}.", fill, cfg, layer, ratio)
+    for index in range(cfg["num_nextn_predict_layers"]):
+        yield _mtp(index, design, fill, cfg)
