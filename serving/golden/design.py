@@ -13,8 +13,21 @@ import random
 from dataclasses import dataclass
 from functools import cached_property
 
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
+# DeepSeek-V4's own special tokens, so vLLM's `deepseek_v4` chat encoder works on the
+# golden tokenizer. A chat prompt ends in "</think>" (or "<think>"), whose successor
+# is the first word: chat replies walk the ring from there.
+SPECIAL_TOKENS = (
+    "<｜begin▁of▁sentence｜>",
+    "<｜end▁of▁sentence｜>",
+    "<｜▁pad▁｜>",
+    "<unk>",
+    "<｜User｜>",
+    "<｜Assistant｜>",
+    "<think>",
+    "</think>",
+)
+BOS_ID, EOS_ID, PAD_ID, UNK_ID = range(4)
+THINK_END_ID = SPECIAL_TOKENS.index("</think>")
 HIDDEN_SIZE = 256
 VOCAB_SIZE = HIDDEN_SIZE  # one-hot embeddings need vocab <= hidden
 _CONSONANTS = "bdfgklmnprstvz"
@@ -85,7 +98,14 @@ class GoldenDesign:
         index = {w: i for i, w in enumerate(self.vocab)}
         return [index.get(w, UNK_ID) for w in text.lower().split()]
 
-    def continuation(self, prompt: str, max_tokens: int) -> str:
-        """Expected greedy completion text, as the tokenizer's decoder renders it."""
-        ids = self.greedy(self.token_ids(prompt), max_tokens)
+    def render(self, ids: list[int]) -> str:
+        """Text of generated word ids, as the tokenizer's decoder renders it."""
         return "".join(" " + self.vocab[i] for i in ids)
+
+    def continuation(self, prompt: str, max_tokens: int) -> str:
+        """Expected greedy completion text of a plain (completions API) prompt."""
+        return self.render(self.greedy(self.token_ids(prompt), max_tokens))
+
+    def chat_reply(self, max_tokens: int) -> str:
+        """Expected greedy chat reply: DSV4's chat encoding ends every prompt in a marker."""
+        return self.render(self.greedy([THINK_END_ID], max_tokens))

