@@ -28,7 +28,7 @@ def test_checkpoint_has_the_dsv4_layout(golden_dir: Path):
     names: dict[str, tuple[int, ...]] = {}
     for shard in golden_dir.glob("*.safetensors"):
         with safe_open(str(shard), "pt") as f:
-            names |= {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            names |= {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
     assert cfg["num_hidden_layers"] >= 8 and cfg["num_nextn_predict_layers"] == 1
     assert len(cfg["compress_ratios"]) == cfg["num_hidden_layers"] + 1
     assert names["embed.weight"] == (cfg["vocab_size"], cfg["hidden_size"])
