@@ -1,8 +1,10 @@
 """Registry entries. Importing this package registers every patch, in order."""
 
 from model_overrides.patches import (  # noqa: F401 - imported for registration
+    draft_token_request_cache,
     dsv4_cpu_chunked_prefill,
     dsv4_cpu_metadata_kernels,
+    dsv4_cpu_mtp,
     dsv4_cpu_tile_scheduler,
 )
 

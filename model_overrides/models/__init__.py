@@ -1,0 +1,1 @@
+"""Model classes the overrides register with vLLM (imported lazily by vLLM's registry)."""
