@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from serving.golden import GoldenDesign, write_golden_model  # noqa: E402
-from serving.golden_engine import CPU_ENV, golden_engine_kwargs  # noqa: E402
+from serving.golden_engine import CPU_ENV, golden_engine_kwargs, mtp_config  # noqa: E402
 
 
 def _prompts(design: GoldenDesign, n: int, seed: int) -> list[str]:
@@ -51,11 +51,8 @@ def measure(llm, design: GoldenDesign, concurrency: int, max_tokens: int, rounds
 def run(model_dir: Path, spec_k: int, max_tokens: int, rounds: int) -> dict:
     from vllm import LLM
 
-    extra = {}
-    if spec_k:
-        extra["speculative_config"] = {"method": "mtp", "num_speculative_tokens": spec_k}
     started = time.perf_counter()
-    llm = LLM(**golden_engine_kwargs(model_dir, **extra))
+    llm = LLM(**golden_engine_kwargs(model_dir, speculative_config=mtp_config(spec_k)))
     ready_s = time.perf_counter() - started
     design = GoldenDesign()
     results = []

@@ -1,20 +1,50 @@
-"""python -m model_overrides [status]: the patch status table for the installed vLLM."""
+"""python -m model_overrides [status | check [--platform P] [--strict]]."""
 
 import argparse
 import sys
 
 from model_overrides.registry import Outcome
-from model_overrides.status import collect, render
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m model_overrides")
-    parser.add_argument("command", nargs="?", default="status", choices=["status"])
-    parser.parse_args(argv)
+def _status() -> int:
+    from model_overrides.status import collect, render
+
     statuses = collect()
     print(render(statuses))
     bad = [s for s in statuses if s.outcome in (Outcome.FAILED, Outcome.UNRECOGNISED)]
     return 1 if bad else 0
+
+
+def _check(platform: str, strict: bool) -> int:
+    from model_overrides.contract import run_check
+    from model_overrides.status import installed_vllm
+
+    variants, findings = run_check(platform)
+    print(f"HC-state contract (vLLM PR #42930) on {installed_vllm()}, platform {platform}")
+    if not variants:
+        print("no DeepSeek-V4 variant found in this vLLM")
+        return 1 if strict else 0
+    for v in variants:
+        how = "imported" if v.decoder and v.decoder.runtime else "read from source"
+        print(f"\n[{v.name}] ({how}{'; ' + '; '.join(v.notes) if v.notes else ''})")
+        for f in (f for f in findings if f.variant == v.name):
+            print(f"  {'ok  ' if f.ok else 'FAIL'}  {f.rule:<28} {f.detail}")
+    failed = [f for f in findings if not f.ok]
+    print(f"\n{len(findings) - len(failed)} of {len(findings)} rules hold")
+    return 1 if strict and failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m model_overrides")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("status", help="the patch status table for the installed vLLM")
+    check = sub.add_parser("check", help="check the HC-state contract on every DSV4 variant")
+    check.add_argument("--platform", choices=["cuda", "rocm", "cpu", "xpu", "all"], default="all")
+    check.add_argument("--strict", action="store_true", help="exit 1 on any violation")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        return _check(args.platform, args.strict)
+    return _status()
 
 
 if __name__ == "__main__":

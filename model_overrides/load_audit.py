@@ -53,4 +53,8 @@ def install_if_requested() -> None:
     Path(os.environ[AUDIT_ENV]).mkdir(parents=True, exist_ok=True)
     import vllm.models.deepseek_v4 as dsv4
 
+    from model_overrides.models.dsv4_mtp_cpu import CpuDeepSeekV4MTP
+
     _wrap(dsv4.DeepseekV4ForCausalLM)
+    if dsv4.DeepSeekV4MTP.__module__.startswith("vllm.models.deepseek_v4.cpu"):
+        _wrap(CpuDeepSeekV4MTP)

@@ -22,20 +22,22 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
 def _cmd_overrides(args: argparse.Namespace) -> int:
     from model_overrides.__main__ import main as overrides_main
 
-    return overrides_main([])
+    return overrides_main(["status"])
 
 
 def _cmd_serve_vllm(args: argparse.Namespace) -> int:
     """vLLM's own OpenAI server on the golden model (a baseline; `up` serves through Ray)."""
     from serving.golden import write_golden_model
-    from serving.golden_engine import CPU_ENV, golden_engine_kwargs, to_cli_args
+    from serving.golden_engine import CPU_ENV, golden_engine_kwargs, mtp_config, to_cli_args
 
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").exists():
         print(f"writing the golden model to {model_dir} ...", flush=True)
         write_golden_model(model_dir)
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    cmd += to_cli_args(golden_engine_kwargs(model_dir))
+    spec = mtp_config(args.spec_k)
+    engine = golden_engine_kwargs(model_dir, **({"speculative_config": spec} if spec else {}))
+    cmd += to_cli_args(engine)
     cmd += ["--host", args.host, "--port", str(args.port)]
     env = {**CPU_ENV, **os.environ}
     print(f"starting vLLM's OpenAI server on http://{args.host}:{args.port}/v1 ...", flush=True)
@@ -60,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_vllm.add_argument("--model-dir", default=".cache/models/golden")
     serve_vllm.add_argument("--host", default="127.0.0.1")
     serve_vllm.add_argument("--port", type=int, default=8000)
+    serve_vllm.add_argument("--spec-k", type=int, default=2, help="MTP draft tokens (0: off)")
     serve_vllm.set_defaults(func=_cmd_serve_vllm)
     return parser
 

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 SERVED_MODEL_NAME = "dsv4-golden"
+DEFAULT_SPEC_K = 2  # MTP draft tokens per step for the local default
 DEFAULT_MODEL_DIR = Path(".cache/models/golden")
 CPU_ENV = {
     # GiB of KV cache; the golden model needs very little.
@@ -28,11 +29,18 @@ def golden_engine_kwargs(model_dir: str | Path, **overrides: Any) -> dict[str, A
     return kwargs
 
 
+def mtp_config(k: int) -> dict[str, Any] | None:
+    """vLLM's speculative config for DSV4's MTP head with k draft tokens (None for k = 0)."""
+    return {"method": "mtp", "num_speculative_tokens": k} if k > 0 else None
+
+
 def to_cli_args(kwargs: dict[str, Any]) -> list[str]:
     """The same arguments in vLLM's command-line form (for the OpenAI server)."""
     args: list[str] = []
     for key, value in kwargs.items():
         flag = "--" + key.replace("_", "-")
+        if value is None:
+            continue
         if key == "model":
             args += ["--model", str(value)]
         elif isinstance(value, bool):

@@ -17,3 +17,23 @@ def engine_env(tmp_audit_dir: str | None = None) -> dict[str, str]:
     if tmp_audit_dir:
         env["DSV4_LOAD_AUDIT"] = tmp_audit_dir
     return env
+
+
+MTP_MAX_TOKENS = 48
+
+
+def mtp_prompts(design: GoldenDesign, batch: int) -> list[str]:
+    """Short prompts starting at different places on the word ring."""
+    return [" ".join(design.words[5 * i : 5 * i + 2 + i % 4]) for i in range(batch)]
+
+
+def expected_counters(design: GoldenDesign, prompts: list[str], k: int) -> dict[str, object]:
+    total: dict[str, object] = {}
+    for prompt in prompts:
+        for name, value in design.expected_spec_counters(prompt, MTP_MAX_TOKENS, k).items():
+            if isinstance(value, list):
+                prev = total.get(name, [0] * len(value))
+                total[name] = [a + b for a, b in zip(prev, value, strict=True)]
+            else:
+                total[name] = total.get(name, 0) + value
+    return total

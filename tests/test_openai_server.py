@@ -1,12 +1,20 @@
-"""vLLM's own OpenAI server on the golden DSV4, through the official ``openai`` client."""
+"""vLLM's own OpenAI server on the golden DSV4 with MTP (k=2, as `make serve`), through
+the official ``openai`` client."""
 
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
 from serving.golden import GoldenDesign
-from serving.golden_engine import SERVED_MODEL_NAME, golden_engine_kwargs, to_cli_args
+from serving.golden_engine import (
+    DEFAULT_SPEC_K,
+    SERVED_MODEL_NAME,
+    golden_engine_kwargs,
+    mtp_config,
+    to_cli_args,
+)
 from tests.golden_prompts import engine_env, prompt_of
 from tests.server_process import PYTHON, free_port, running_server
 
@@ -17,11 +25,27 @@ pytestmark = pytest.mark.slow
 def client(golden_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     port = free_port()
     cmd = [PYTHON, "-m", "vllm.entrypoints.openai.api_server"]
-    cmd += to_cli_args(golden_engine_kwargs(golden_dir))
+    cmd += to_cli_args(
+        golden_engine_kwargs(golden_dir, speculative_config=mtp_config(DEFAULT_SPEC_K))
+    )
     cmd += ["--host", "127.0.0.1", "--port", str(port)]
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     with running_server(cmd, f"http://127.0.0.1:{port}/health", log, engine_env()):
         yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+
+
+def _spec_counters(client) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(str(client.base_url).replace("/v1/", "/metrics")).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            counter = name.startswith("vllm:spec_decode_num_") and name.endswith("_total")
+            if counter and "position" not in sample.labels:
+                out[name] = out.get(name, 0.0) + sample.value
+    return out
 
 
 def test_models_lists_the_golden_model(client):
@@ -58,3 +82,22 @@ def test_chat_reply_is_the_golden_text(client, golden_design: GoldenDesign):
     # vLLM's deepseek_v4 chat encoding ends the prompt in "</think>".
     assert out.choices[0].message.content == golden_design.chat_reply(5)
     assert out.usage.completion_tokens == 5
+
+
+def test_mtp_counters_advance_with_full_acceptance(client, golden_design: GoldenDesign):
+    before = _spec_counters(client)
+    prompt = prompt_of(golden_design, 3, seed=77)
+    out = client.completions.create(
+        model=SERVED_MODEL_NAME, prompt=prompt, max_tokens=40, temperature=0
+    )
+    assert out.choices[0].text == golden_design.continuation(prompt, 40)
+    after = _spec_counters(client)
+    expected = golden_design.expected_spec_counters(prompt, 40, DEFAULT_SPEC_K)
+    drafted = after["vllm:spec_decode_num_draft_tokens_total"] - before.get(
+        "vllm:spec_decode_num_draft_tokens_total", 0
+    )
+    accepted = after["vllm:spec_decode_num_accepted_tokens_total"] - before.get(
+        "vllm:spec_decode_num_accepted_tokens_total", 0
+    )
+    assert drafted == expected["vllm:spec_decode_num_draft_tokens"]
+    assert accepted == expected["vllm:spec_decode_num_accepted_tokens"] == drafted

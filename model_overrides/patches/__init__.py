@@ -3,9 +3,11 @@
 from model_overrides.patches import (  # noqa: F401 - imported for registration
     draft_token_request_cache,
     dsv4_cpu_chunked_prefill,
+    dsv4_cpu_hc_path,
     dsv4_cpu_metadata_kernels,
     dsv4_cpu_mtp,
     dsv4_cpu_tile_scheduler,
+    pr42930,
 )
 
 REGISTRY_READY = True

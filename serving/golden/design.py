@@ -109,3 +109,30 @@ class GoldenDesign:
     def chat_reply(self, max_tokens: int) -> str:
         """Expected greedy chat reply: DSV4's chat encoding ends every prompt in a marker."""
         return self.render(self.greedy([THINK_END_ID], max_tokens))
+
+    def expected_spec_counters(self, prompt: str, max_tokens: int, k: int) -> dict[str, object]:
+        """vLLM's spec-decode counters for one greedy request, by simulating MTP with k drafts.
+
+        After prefill produces the first token, each step drafts a chain of k tokens
+        from the last token, the target accepts the longest correct prefix and adds
+        one token of its own.
+        """
+        last = self.successor(self.token_ids(prompt)[-1])
+        produced, drafts, per_pos = 1, 0, [0] * k
+        while produced < max_tokens:
+            drafts += 1
+            proposal, cur, accepted = last, last, 0
+            for pos in range(k):
+                proposal = self.draft(proposal)
+                if accepted == pos and proposal == self.successor(cur):
+                    accepted += 1
+                    per_pos[pos] += 1
+                    cur = proposal
+            produced += accepted + 1
+            last = self.successor(cur)
+        return {
+            "vllm:spec_decode_num_drafts": drafts,
+            "vllm:spec_decode_num_draft_tokens": drafts * k,
+            "vllm:spec_decode_num_accepted_tokens": sum(per_pos),
+            "vllm:spec_decode_num_accepted_tokens_per_pos": per_pos,
+        }
