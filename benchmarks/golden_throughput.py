@@ -76,16 +76,79 @@ def main() -> int:
     if not (args.model_dir / "config.json").exists():
         write_golden_model(args.model_dir)
     report = []
-    for k in args.spec_k or [0]:
+    for k in args.spec_k or [0, 1, 2, 3]:
         print(f"engine with k={k} ...", file=sys.stderr, flush=True)
         report.append(run(args.model_dir, k, args.max_tokens, args.rounds))
+    analysis = cost_model(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print("| k | concurrency | output tok/s (median) |\n|---|---|---|")
-    for entry in report:
-        for res in entry["results"]:
-            print(f"| {entry['spec_k']} | {res['concurrency']} | {res['tok_s_median']:.1f} |")
+    args.out.write_text(json.dumps({"runs": report, "cost_model": analysis}, indent=2))
+    print(render(report, analysis))
     return 0
+
+
+def _rate(report: list[dict], k: int, concurrency: int) -> float | None:
+    for entry in report:
+        if entry["spec_k"] == k:
+            return next(
+                r["tok_s_median"] for r in entry["results"] if r["concurrency"] == concurrency
+            )
+    return None
+
+
+def cost_model(report: list[dict]) -> dict | None:
+    """Draft/target cost from batch-1 step times at 100% acceptance (k + 1 tokens a step).
+
+    Step time s_k = t_verify + k * t_draft is fitted over k >= 1; the draft's cost is
+    then taken relative to a plain decode step s_0, and the speedup bound at full
+    acceptance is (k + 1) / (1 + k * c), as if verifying k + 1 tokens cost one step.
+    """
+    base = _rate(report, 0, 1)
+    points = [
+        (e["spec_k"], (e["spec_k"] + 1) / _rate(report, e["spec_k"], 1))
+        for e in report
+        if e["spec_k"] > 0
+    ]
+    if base is None or len(points) < 2:
+        return None
+    n = len(points)
+    mean_k = sum(k for k, _ in points) / n
+    mean_s = sum(s for _, s in points) / n
+    slope = sum((k - mean_k) * (s - mean_s) for k, s in points) / sum(
+        (k - mean_k) ** 2 for k, _ in points
+    )
+    step0 = 1 / base
+    ratio = slope / step0
+    return {
+        "decode_step_ms": step0 * 1e3,
+        "draft_step_ms": slope * 1e3,
+        "verify_step_ms": (mean_s - slope * mean_k) * 1e3,
+        "draft_target_cost_ratio": ratio,
+        "bound": {str(k): (k + 1) / (1 + k * ratio) for k, _ in points},
+    }
+
+
+def render(report: list[dict], analysis: dict | None) -> str:
+    lines = [
+        "| k | tok/s c=1 | speedup c=1 | bound c=1 | tok/s c=8 | speedup c=8 |",
+        "|---|---|---|---|---|---|",
+    ]
+    base1, base8 = _rate(report, 0, 1), _rate(report, 0, 8)
+    for entry in report:
+        k = entry["spec_k"]
+        r1, r8 = _rate(report, k, 1), _rate(report, k, 8)
+        bound = analysis["bound"].get(str(k)) if analysis else None
+        s1 = f"{r1 / base1:.2f}x" if base1 else "-"
+        s8 = f"{r8 / base8:.2f}x" if base8 else "-"
+        lines.append(
+            f"| {k} | {r1:.1f} | {s1} | {f'{bound:.2f}x' if bound else '-'} | {r8:.1f} | {s8} |"
+        )
+    if analysis:
+        lines.append(
+            f"\ndecode step {analysis['decode_step_ms']:.1f} ms, "
+            f"draft step {analysis['draft_step_ms']:.1f} ms, "
+            f"draft/target cost ratio {analysis['draft_target_cost_ratio']:.3f}"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
