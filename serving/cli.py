@@ -45,6 +45,57 @@ def _cmd_serve_vllm(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def _build_args(args: argparse.Namespace):
+    from serving.app import BuildArgs
+
+    return BuildArgs(
+        preset=args.preset,
+        set=args.set or [],
+        override_files=args.values or [],
+        gateway_metrics_port=getattr(args, "gateway_metrics_port", None),
+    )
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    import json
+
+    from serving.app import resolve
+    from serving.llm_config import llm_config, resolve_model_source
+
+    _, profile = resolve(_build_args(args))
+    print(f"profile {profile.name!r}: {profile.description}")
+    print("resolved vLLM engine arguments:")
+    print(json.dumps(profile.engine_kwargs(), indent=2, sort_keys=True))
+    print("Ray Serve LLM config:")
+    print(json.dumps(llm_config(profile, resolve_model_source(profile)), indent=2, sort_keys=True))
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from serving.serve_config import render
+
+    print(render(_build_args(args), host=args.host, port=args.port), end="")
+    return 0
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from serving.local_up import up
+
+    return up(_build_args(args), args.host, args.port, args.ray_metrics_port, args.num_cpus)
+
+
+def _add_profile_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "preset", nargs="?", default="cpu-tiny", help="preset name or a profile YAML path"
+    )
+    parser.add_argument(
+        "--set", action="append", metavar="KEY.PATH=VALUE", help="override one field"
+    )
+    parser.add_argument(
+        "-f", "--values", action="append", metavar="FILE", help="YAML file of overrides"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dsv4-serve", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -58,6 +109,27 @@ def build_parser() -> argparse.ArgumentParser:
     overrides = sub.add_parser("overrides", help="print the DSV4 override status table")
     overrides.set_defaults(func=_cmd_overrides)
 
+    up = sub.add_parser("up", help="run a preset on local Ray Serve (default cpu-tiny)")
+    _add_profile_args(up)
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8000)
+    up.add_argument("--ray-metrics-port", type=int, default=8089, help="Ray's metrics export port")
+    up.add_argument("--gateway-metrics-port", type=int, default=None, help="default 9464")
+    up.add_argument("--num-cpus", type=int, default=None)
+    up.set_defaults(func=_cmd_up)
+
+    check = sub.add_parser(
+        "check", help="validate a preset and print the resolved engine arguments"
+    )
+    _add_profile_args(check)
+    check.set_defaults(func=_cmd_check)
+
+    render = sub.add_parser("render-serve-config", help="print the Ray Serve config for a preset")
+    _add_profile_args(render)
+    render.add_argument("--host", default="0.0.0.0")
+    render.add_argument("--port", type=int, default=8000)
+    render.set_defaults(func=_cmd_render)
+
     serve_vllm = sub.add_parser("serve-vllm", help="vLLM's own OpenAI server on the golden model")
     serve_vllm.add_argument("--model-dir", default=".cache/models/golden")
     serve_vllm.add_argument("--host", default="127.0.0.1")
@@ -68,8 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from serving.profile import ProfileError
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ProfileError as exc:
+        print(f"dsv4-serve {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

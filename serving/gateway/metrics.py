@@ -1,0 +1,129 @@
+"""Request-level gateway metrics with prometheus-client, as seen by the client.
+
+Served by each ingress replica on its own port (``DSV4_GATEWAY_METRICS_PORT``,
+default 9464; the ingress runs at most one replica per node), next to Ray's metrics
+export port that carries the engine's ``ray_vllm_*`` series.
+"""
+
+import json
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5)
+
+REQUESTS = Counter(
+    "dsv4_gateway_requests",
+    "Requests by route, model and HTTP status",
+    ["route", "model", "status"],
+    registry=REGISTRY,
+)
+IN_FLIGHT = Gauge(
+    "dsv4_gateway_requests_in_flight", "Requests being served", ["route"], registry=REGISTRY
+)
+REJECTED = Counter(
+    "dsv4_gateway_rejected",
+    "Requests refused for overload (429/503)",
+    ["route", "model", "status"],
+    registry=REGISTRY,
+)
+TTFT = Histogram(
+    "dsv4_gateway_time_to_first_token_seconds",
+    "Request start to first response body bytes",
+    ["route", "model"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+ITL = Histogram(
+    "dsv4_gateway_inter_token_latency_seconds",
+    "Gap between streamed chunks",
+    ["route", "model"],
+    buckets=_ITL_BUCKETS,
+    registry=REGISTRY,
+)
+E2E = Histogram(
+    "dsv4_gateway_request_duration_seconds",
+    "Request start to last response byte",
+    ["route", "model"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+PATCHES = Gauge(
+    "dsv4_overrides_patch_info",
+    "DSV4 override status for the installed vLLM (value 1)",
+    ["patch", "override", "status"],
+    registry=REGISTRY,
+)
+MAX_BODY_FOR_MODEL = 1 << 20  # bytes of request body inspected for the model name
+
+
+def publish_patch_status() -> None:
+    try:
+        from model_overrides.status import collect
+    except ImportError:
+        return
+    for status in collect():
+        PATCHES.labels(status.name, status.override, status.outcome.value).set(1)
+
+
+def _model_of(body: bytes) -> str:
+    try:
+        model = json.loads(body).get("model")
+    except (ValueError, AttributeError):
+        return "unknown"
+    return model if isinstance(model, str) and len(model) < 200 else "unknown"
+
+
+class GatewayMetrics:
+    """ASGI middleware recording what a client of the OpenAI routes experiences."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith("/v1/"):
+            return await self.app(scope, receive, send)
+        route = path if path.count("/") <= 3 else "/v1/models/{model}"
+        start = time.perf_counter()
+        body = bytearray()
+        state: dict[str, Any] = {"status": 500, "first": None, "last": None}
+
+        async def tapped_receive() -> dict:
+            message = await receive()
+            if message["type"] == "http.request" and len(body) < MAX_BODY_FOR_MODEL:
+                body.extend(message.get("body", b""))
+            return message
+
+        async def tapped_send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+            elif message["type"] == "http.response.body" and message.get("body"):
+                now = time.perf_counter()
+                if state["first"] is None:
+                    state["first"] = now
+                else:
+                    state["gaps"] = state.get("gaps", []) + [now - state["last"]]
+                state["last"] = now
+            await send(message)
+
+        IN_FLIGHT.labels(route).inc()
+        try:
+            await self.app(scope, tapped_receive, tapped_send)
+        finally:
+            IN_FLIGHT.labels(route).dec()
+            model = _model_of(bytes(body)) if body else "none"
+            status = state["status"]
+            REQUESTS.labels(route, model, str(status)).inc()
+            if status in (429, 503):
+                REJECTED.labels(route, model, str(status)).inc()
+            if 200 <= status < 300:
+                end = time.perf_counter()
+                E2E.labels(route, model).observe(end - start)
+                if state["first"] is not None:
+                    TTFT.labels(route, model).observe(state["first"] - start)
+                for gap in state.get("gaps", []):
+                    ITL.labels(route, model).observe(gap)

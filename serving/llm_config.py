@@ -1,0 +1,65 @@
+"""Profile -> Ray Serve LLM ``LLMConfig`` (as a plain dict, so it renders to YAML too)."""
+
+from pathlib import Path
+from typing import Any
+
+from serving.profile import Profile
+
+# Ray's accelerator_type names for the GPUs our presets target.
+RAY_ACCELERATOR_TYPES = {
+    "H200": "H200",
+    "B200": "B200",
+    "GB300": "GB300",
+    "MI300X": "AMD-Instinct-MI300X-OAM",
+    "MI355X": "AMD-Instinct-MI355X-OAM",
+}
+
+
+def resolve_model_source(profile: Profile, base_dir: Path | None = None) -> str:
+    """A local relative path becomes absolute (replicas do not share our cwd)."""
+    source = profile.model.source
+    candidate = (base_dir or Path.cwd()) / source
+    if profile.model.golden or source.startswith((".", "/")) or candidate.exists():
+        return str(candidate.resolve())
+    return source
+
+
+def deployment_config(profile: Profile) -> dict[str, Any]:
+    dep = profile.deployment
+    out: dict[str, Any] = {
+        "max_ongoing_requests": dep.max_ongoing_requests,
+        "max_queued_requests": dep.max_queued_requests,
+        # A DSV4 engine loads for minutes; do not mark a loading replica unhealthy.
+        "health_check_period_s": 10,
+        "health_check_timeout_s": 60,
+        "graceful_shutdown_timeout_s": 60,
+    }
+    if dep.autoscaling:
+        out["autoscaling_config"] = dep.autoscaling.model_dump()
+    else:
+        out["num_replicas"] = dep.replicas
+    return out
+
+
+def llm_config(profile: Profile, model_source: str) -> dict[str, Any]:
+    acc = profile.accelerator
+    config: dict[str, Any] = {
+        "model_loading_config": {"model_id": profile.model.id, "model_source": model_source},
+        "engine_kwargs": profile.engine_kwargs(),
+        "deployment_config": deployment_config(profile),
+        "runtime_env": {"env_vars": dict(profile.env)},
+        "log_engine_metrics": True,
+    }
+    if acc.kind == "cpu":
+        config["accelerator_config"] = {"kind": "cpu"}
+        config["placement_group_config"] = {"bundles": [{"CPU": 1}] * acc.per_replica}
+    else:
+        config["accelerator_type"] = RAY_ACCELERATOR_TYPES[acc.type]
+        strategy = "PACK" if profile.parallelism.nodes == 1 else "SPREAD"
+        config["placement_group_config"] = {
+            "bundles": [{"GPU": 1, "CPU": 1}] * acc.per_replica,
+            "strategy": strategy,
+        }
+        if profile.parallelism.nodes > 1:
+            config["engine_kwargs"]["distributed_executor_backend"] = "ray"
+    return config

@@ -1,0 +1,123 @@
+"""`dsv4-serve up`: local Ray + the same Serve config a cluster deploys, with progress."""
+
+import importlib
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from serving.app import BuildArgs, resolve
+from serving.gateway.auth import KeySource
+from serving.serve_config import serve_config
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _import(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _say(message: str) -> None:
+    print(f"[dsv4-serve] {message}", flush=True)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _progress(started: float, done: threading.Event) -> None:
+    from ray import serve
+
+    last = ""
+    while not done.wait(5):
+        try:
+            apps = serve.status().applications
+        except Exception:  # the controller may still be starting
+            continue
+        parts = []
+        for name, app in apps.items():
+            deps = ", ".join(f"{d}: {s.status.value}" for d, s in app.deployments.items())
+            parts.append(f"{name} {app.status.value} ({deps})")
+        line = "; ".join(parts) or "starting Serve"
+        if line != last:
+            _say(f"{time.monotonic() - started:5.0f}s  {line}")
+            last = line
+
+
+def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: int | None) -> int:
+    _, profile = resolve(args)
+    keys = KeySource()
+    if not keys.keys():
+        if host not in LOOPBACK:
+            _say(
+                f"refusing to bind {host} without an API key: set DSV4_API_KEYS or DSV4_API_KEYS_FILE"
+            )
+            return 2
+        _say(
+            "auth OFF: no API key configured (DSV4_API_KEYS / DSV4_API_KEYS_FILE); bound to loopback only"
+        )
+    else:
+        _say(f"auth ON: {keys.describe()}")
+    config = serve_config(args, host, port)
+    gateway_port = args.gateway_metrics_port or int(
+        os.environ.get("DSV4_GATEWAY_METRICS_PORT", 9464)
+    )
+
+    import ray
+    from ray import serve
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    started = time.monotonic()
+    _say(f"starting local Ray for preset {profile.name!r} ({profile.description})")
+    # Ray's own scheduling needs headroom beyond the engine's CPU bundle (ingress, proxy).
+    cpus = num_cpus or max(4, os.cpu_count() or 1)
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=False,
+        _metrics_export_port=ray_metrics_port,
+        namespace="dsv4",
+    )
+    done, failure = threading.Event(), []
+    try:
+        serve.start(http_options=config["http_options"])
+        watcher = threading.Thread(target=_progress, args=(started, done), daemon=True)
+        watcher.start()
+        for app in config["applications"]:
+            target = _import(app["import_path"])(app["args"])
+            try:
+                serve.run(target, name=app["name"], route_prefix=app["route_prefix"])
+            except Exception as exc:  # surfaced below, after the watcher stops
+                failure.append(exc)
+        done.set()
+        if failure:
+            _say(f"deployment failed: {failure[0]}")
+            return 1
+        base = f"http://{'127.0.0.1' if host in LOOPBACK else host}:{port}"
+        auth = ' -H "Authorization: Bearer $DSV4_API_KEY"' if keys.keys() else ""
+        _say(
+            f"ready in {time.monotonic() - started:.0f}s at {base}/v1 (model {profile.model.id!r})"
+        )
+        _say(
+            f"try: curl -s {base}/v1/completions{auth} -H 'Content-Type: application/json' "
+            f'-d \'{{"model": "{profile.model.id}", "prompt": "neti", "max_tokens": 8}}\''
+        )
+        _say(
+            f"metrics: engine http://127.0.0.1:{ray_metrics_port}/metrics, gateway http://127.0.0.1:{gateway_port}/metrics"
+        )
+        _say("Ctrl-C (or SIGTERM) stops everything")
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        _say("shutting down ...")
+        return 0
+    finally:
+        done.set()
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+        _say("stopped")
+        sys.stdout.flush()

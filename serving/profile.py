@@ -1,0 +1,240 @@
+"""Presets as data: the typed schema of a profile, loading, and user overrides.
+
+A profile fully describes one deployment: model, speculation, vLLM engine arguments,
+accelerators, parallelism, environment and the Ray Serve deployment. Overrides
+(``--set a.b=value`` or a YAML file) are deep-merged on top before validation, so
+every error names the field it is about.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+GPUS_PER_NODE = {"H200": 8, "B200": 8, "GB300": 4, "MI300X": 8, "MI355X": 8}
+
+
+class ProfileError(ValueError):
+    """A profile or an override is invalid; the message names the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    id: str = Field(min_length=1, description="served model name (the API's `model`)")
+    source: str = Field(min_length=1, description="Hugging Face repo id or a local path")
+    golden: bool = Field(False, description="generate the golden tiny DSV4 at `source` if missing")
+    tokenizer_mode: str | None = "deepseek_v4"
+
+
+class Speculation(_Strict):
+    method: Literal["mtp", "dspark", "none"]
+    num_speculative_tokens: int = Field(0, ge=0, le=8)
+
+    @model_validator(mode="after")
+    def _k_matches_method(self) -> Speculation:
+        if self.method == "none" and self.num_speculative_tokens:
+            raise ValueError("num_speculative_tokens must be 0 when method is 'none'")
+        if self.method != "none" and not self.num_speculative_tokens:
+            raise ValueError(f"method {self.method!r} needs num_speculative_tokens >= 1")
+        return self
+
+    def vllm_config(self) -> dict[str, Any] | None:
+        if self.method == "none":
+            return None
+        return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+
+
+class Accelerator(_Strict):
+    kind: Literal["nvidia", "amd", "cpu"]
+    type: Literal["H200", "B200", "GB300", "MI300X", "MI355X"] | None = None
+    per_replica: int = Field(ge=1, description="GPUs (or CPU slots) one replica uses")
+
+    @model_validator(mode="after")
+    def _type_matches_kind(self) -> Accelerator:
+        vendor = {
+            "H200": "nvidia",
+            "B200": "nvidia",
+            "GB300": "nvidia",
+            "MI300X": "amd",
+            "MI355X": "amd",
+        }
+        if self.kind == "cpu" and self.type is not None:
+            raise ValueError("a cpu accelerator has no type")
+        if self.kind != "cpu" and (self.type is None or vendor[self.type] != self.kind):
+            raise ValueError(f"type {self.type!r} is not a {self.kind} accelerator")
+        return self
+
+
+class Parallelism(_Strict):
+    tensor: int = Field(1, ge=1)
+    pipeline: int = Field(1, ge=1)
+    data: int = Field(1, ge=1)
+    expert: bool = False
+    nodes: int = Field(1, ge=1, description="hosts one replica spans")
+
+
+class Autoscaling(_Strict):
+    min_replicas: int = Field(ge=0)
+    max_replicas: int = Field(ge=1)
+    target_ongoing_requests: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must not exceed max_replicas")
+        return self
+
+
+class Deployment(_Strict):
+    replicas: int = Field(1, ge=1)
+    autoscaling: Autoscaling | None = None
+    max_ongoing_requests: int = Field(ge=1, description="in flight per replica")
+    max_queued_requests: int = Field(-1, ge=-1, description="-1: unbounded queue")
+
+
+class Monitoring(_Strict):
+    acceptance_baseline: float = Field(
+        0.6, gt=0, le=1, description="expected draft acceptance rate"
+    )
+    acceptance_floor: float = Field(0.3, gt=0, le=1)
+    ttft_slo_seconds: float = Field(2.0, gt=0)
+    tpot_slo_seconds: float = Field(0.1, gt=0)
+
+
+class Profile(_Strict):
+    name: str
+    description: str
+    sources: list[str] = Field(min_length=1, description="where the values come from")
+    model: ModelSpec
+    speculation: Speculation
+    accelerator: Accelerator
+    parallelism: Parallelism = Parallelism()
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    deployment: Deployment
+    monitoring: Monitoring = Monitoring()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Profile:
+        par, acc = self.parallelism, self.accelerator
+        ranks = par.tensor * par.pipeline * par.data
+        if acc.kind != "cpu" and ranks != acc.per_replica:
+            raise ValueError(
+                f"parallelism tensor*pipeline*data = {ranks} but accelerator.per_replica = "
+                f"{acc.per_replica}: each rank needs exactly one GPU"
+            )
+        if acc.type is not None:
+            per_node = GPUS_PER_NODE[acc.type]
+            if acc.per_replica > per_node * par.nodes:
+                raise ValueError(
+                    f"{acc.per_replica} GPUs per replica do not fit on {par.nodes} node(s) "
+                    f"of {per_node} {acc.type}"
+                )
+        reserved = {"speculative_config", "tensor_parallel_size", "pipeline_parallel_size", "model"}
+        clash = reserved & set(self.engine_args)
+        if clash:
+            raise ValueError(
+                f"engine_args must not set {sorted(clash)}: use speculation/parallelism/model"
+            )
+        return self
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The resolved vLLM engine arguments (what `dsv4-serve check` prints)."""
+        kwargs: dict[str, Any] = dict(self.engine_args)
+        if self.model.tokenizer_mode:
+            kwargs.setdefault("tokenizer_mode", self.model.tokenizer_mode)
+        par = self.parallelism
+        kwargs["tensor_parallel_size"] = par.tensor
+        kwargs["pipeline_parallel_size"] = par.pipeline
+        if par.data > 1:
+            kwargs["data_parallel_size"] = par.data
+        if par.expert:
+            kwargs["enable_expert_parallel"] = True
+        spec = self.speculation.vllm_config()
+        if spec:
+            kwargs["speculative_config"] = spec
+        return kwargs
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def _deep_merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_set(assignment: str) -> dict[str, Any]:
+    """'deployment.replicas=2' -> {'deployment': {'replicas': 2}} (value parsed as YAML)."""
+    if "=" not in assignment:
+        raise ProfileError(f"--set {assignment!r}: expected key.path=value")
+    path, _, raw = assignment.partition("=")
+    keys = path.strip().split(".")
+    if not all(keys):
+        raise ProfileError(f"--set {assignment!r}: empty key in {path!r}")
+    try:
+        value: Any = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"--set {path}: value {raw!r} is not valid YAML: {exc}") from None
+    for key in reversed(keys):
+        value = {key: value}
+    return value
+
+
+def _read_yaml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ProfileError(f"{what} {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{what} {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{what} {path} must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def raw_profile(preset: str) -> dict[str, Any]:
+    path = Path(preset)
+    if not (path.suffix in {".yaml", ".yml"} and path.exists()):
+        path = PROFILES_DIR / f"{preset}.yaml"
+        if not path.exists():
+            raise ProfileError(f"unknown preset {preset!r}; known: {', '.join(list_presets())}")
+    return _read_yaml(path, "profile")
+
+
+def _format(exc: ValidationError, preset: str) -> str:
+    lines = [f"profile {preset!r} is invalid:"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def load_profile(
+    preset: str,
+    overrides: list[dict[str, Any]] | None = None,
+    override_files: list[str | Path] | None = None,
+) -> Profile:
+    data = raw_profile(preset)
+    for file in override_files or []:
+        data = _deep_merge(data, _read_yaml(Path(file), "override file"))
+    for extra in overrides or []:
+        data = _deep_merge(data, extra)
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise ProfileError(_format(exc, preset)) from None
