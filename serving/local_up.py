@@ -53,11 +53,13 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
     if not keys.keys():
         if host not in LOOPBACK:
             _say(
-                f"refusing to bind {host} without an API key: set DSV4_API_KEYS or DSV4_API_KEYS_FILE"
+                f"refusing to bind {host} without an API key: "
+                "set DSV4_API_KEYS or DSV4_API_KEYS_FILE"
             )
             return 2
         _say(
-            "auth OFF: no API key configured (DSV4_API_KEYS / DSV4_API_KEYS_FILE); bound to loopback only"
+            "auth OFF: no API key configured (DSV4_API_KEYS / DSV4_API_KEYS_FILE); "
+            "bound to loopback only"
         )
     else:
         _say(f"auth ON: {keys.describe()}")
