@@ -5,7 +5,7 @@ texts are the golden ones and how the engine's spec-decode counters moved. Every
 token->request mapping DSV4's metadata builders receive is compared with a fresh
 mapping of the current query layout (stale ones are counted).
 
-    python -m tests.mtp_runner MODEL_DIR K BATCH[,BATCH...]
+    python -m tests.mtp_runner MODEL_DIR K BATCH[,BATCH...] [TEMPERATURE]
 """
 
 import json
@@ -66,6 +66,7 @@ if __name__ == "__main__":
 
     model_dir, k = sys.argv[1], int(sys.argv[2])
     batches = [int(b) for b in sys.argv[3].split(",")]
+    temperature = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     design = read_design(model_dir)
     llm = LLM(
         **golden_engine_kwargs(model_dir, speculative_config=mtp_config(k), disable_log_stats=False)
@@ -90,7 +91,7 @@ if __name__ == "__main__":
     for batch in batches:
         prompts = mtp_prompts(design, batch)
         before = counters(llm)
-        params = SamplingParams(temperature=0, max_tokens=MTP_MAX_TOKENS)
+        params = SamplingParams(temperature=temperature, max_tokens=MTP_MAX_TOKENS, seed=1)
         outs = llm.generate(prompts, params, use_tqdm=False)
         texts = [o.outputs[0].text for o in outs]
         runs.append(

@@ -31,9 +31,11 @@ def models(tmp_path_factory: pytest.TempPathFactory, golden_dir: Path) -> dict[f
 
 
 @cache
-def _run(model_dir: str, k: int, batches: str, env_items: tuple = ()) -> dict:
+def _run(
+    model_dir: str, k: int, batches: str, env_items: tuple = (), temperature: float = 0.0
+) -> dict:
     proc = subprocess.run(
-        [PYTHON, "-m", "tests.mtp_runner", model_dir, str(k), batches],
+        [PYTHON, "-m", "tests.mtp_runner", model_dir, str(k), batches, str(temperature)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -45,8 +47,10 @@ def _run(model_dir: str, k: int, batches: str, env_items: tuple = ()) -> dict:
     return json.loads(line[len("RESULT ") :])
 
 
-def run(models, agreement: float, k: int, batches: str, **env: str) -> dict:
-    return _run(str(models[agreement]), k, batches, tuple(sorted(env.items())))
+def run(
+    models, agreement: float, k: int, batches: str, temperature: float = 0.0, **env: str
+) -> dict:
+    return _run(str(models[agreement]), k, batches, tuple(sorted(env.items())), temperature)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -106,3 +110,15 @@ def test_every_draft_parameter_is_written_by_the_mtp_weights(models, tmp_path: P
     in_checkpoint = sorted(n for n in index["weight_map"] if n.startswith("mtp."))
     assert sorted(n for n in draft["consumed"] if n.startswith("mtp.")) == in_checkpoint
     assert sorted(target["consumed"]) == sorted(index["weight_map"])
+
+
+def test_sampling_at_temperature_one_keeps_the_golden_text(models):
+    # The golden target puts probability 1 - 4e-5 on the successor: sampled decoding
+    # must reproduce the greedy text, through drafts, verification and bonus tokens.
+    fixed = run(models, 1.0, 2, "8", temperature=1.0)
+    assert fixed["patches"]["cpu-rejection-expand-dtype"] == "applied"
+    assert all(fixed["runs"][0]["texts_ok"]), fixed["runs"][0]["texts"]
+    broken = run(
+        models, 1.0, 2, "8", temperature=1.0, DSV4_OVERRIDES_DISABLE="cpu-rejection-expand-dtype"
+    )
+    assert not all(broken["runs"][0]["texts_ok"]), "upstream's CPU expand bug did not reproduce"

@@ -1,6 +1,7 @@
 """Registry entries. Importing this package registers every patch, in order."""
 
 from model_overrides.patches import (  # noqa: F401 - imported for registration
+    cpu_expand_kernel,
     draft_token_request_cache,
     dsv4_cpu_chunked_prefill,
     dsv4_cpu_hc_path,

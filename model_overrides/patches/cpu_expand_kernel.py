@@ -1,0 +1,84 @@
+"""speculative decoding: the CPU override of the rejection sampler's expand kernel.
+
+vLLM 0.32's CPU fallback for ``rejection_sampler.expand_kernel`` converts its output
+to an int64 copy and never writes the copy back. The kernel expands per-request
+temperatures (float32) to per-token values, so with any temperature > 0 the
+verifier divides the target logits by uninitialised memory: accepted drafts and
+recovered tokens become random. Not DSV4-specific (ngram drafts show it too).
+"""
+
+import inspect
+from typing import Any
+
+import torch
+
+from model_overrides.kernels.sampling import expand_to_tokens
+from model_overrides.patches.module_attr import import_optional
+from model_overrides.registry import REGISTRY, Need, Patch, Probe
+
+_CPU_IMPLS = "vllm.utils.cpu_triton_utils"
+_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
+
+
+def expands_floats(impl: Any) -> bool:
+    out = torch.zeros(3, dtype=torch.float32)
+    impl(out, torch.tensor([0.5, -1.0]), torch.tensor([1, 3]), -1.0, 1.0)
+    return out.tolist() == [0.5, 1.0, 1.0]
+
+
+def _writes_back(source: str) -> bool:
+    """Upstream's shape: output converted with _ensure_int64 and never copied back."""
+    return "output.copy_(" in source or "output[" in source
+
+
+def probe() -> Probe:
+    impls = import_optional(_CPU_IMPLS)
+    current = getattr(impls, "_expand_kernel_impl", None) if impls else None
+    if current is None:
+        return Probe(Need.NOT_APPLICABLE, f"no {_CPU_IMPLS}._expand_kernel_impl in this vLLM")
+    if current is expand_to_tokens:
+        return Probe(Need.ALREADY_APPLIED, "dtype-preserving expand in place")
+    try:
+        source = inspect.getsource(current)
+    except OSError:
+        return Probe(Need.UNRECOGNISED, "cannot read the CPU expand implementation")
+    if "_ensure_int64(output)" not in source:
+        return Probe(Need.UNRECOGNISED, "the CPU expand implementation has changed shape")
+    if _writes_back(source):
+        return Probe(Need.NOT_NEEDED, "the CPU expand copies its int64 result back")
+    return Probe(Need.NEEDED, "CPU expand drops its result for non-int64 outputs (temperatures)")
+
+
+def apply() -> None:
+    impls = import_optional(_CPU_IMPLS)
+    impls._expand_kernel_impl = expand_to_tokens  # picked up when the CPU platform registers
+    dispatcher = import_optional("vllm.triton_utils.dispatcher")
+    if dispatcher is not None and _KERNEL in getattr(dispatcher, "_registry", {}):
+        dispatcher.register_kernels({_KERNEL: expand_to_tokens})  # registered already: replace
+
+
+def verify() -> str | None:
+    impls = import_optional(_CPU_IMPLS)
+    if impls._expand_kernel_impl is not expand_to_tokens:
+        return "CPU expand implementation unchanged"
+    if not expands_floats(expand_to_tokens):
+        return "the replacement does not expand float values"
+    sampler = import_optional("vllm.v1.sample.rejection_sampler")
+    kernel = getattr(sampler, "expand_kernel", None)
+    impl = getattr(kernel, "_impl", None)
+    if impl is not None and impl is not expand_to_tokens:
+        return "the registered expand_kernel override is still upstream's"
+    return None
+
+
+REGISTRY.add(
+    Patch(
+        name="cpu-rejection-expand-dtype",
+        override="deepseek_v4_mtp",
+        summary="CPU rejection sampler expands float temperatures correctly",
+        probe=probe,
+        apply=apply,
+        verify=verify,
+        gpu_note="CPU fallback only; GPUs run the Triton expand_kernel",
+    )
+)
