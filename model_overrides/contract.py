@@ -315,11 +315,27 @@ def _compute_logits_owner(mtp_module: str, path: Path) -> ClassInfo | None:
     return None
 
 
-def discover_variants() -> list[Variant]:
+def current_platform_variants() -> tuple[str, ...]:
+    """The variants vLLM would run here (what the plugin's patches need to look at)."""
+    from vllm.platforms import current_platform
+
+    for check, names in (
+        (current_platform.is_rocm, PLATFORM_VARIANTS["rocm"]),
+        (current_platform.is_xpu, PLATFORM_VARIANTS["xpu"]),
+        (current_platform.is_cpu, PLATFORM_VARIANTS["cpu"]),
+    ):
+        if check():
+            return names
+    return PLATFORM_VARIANTS["cuda"]
+
+
+def discover_variants(only: tuple[str, ...] | None = None) -> list[Variant]:
     variants = []
     root = _package_dir("vllm.models.deepseek_v4")
     if root is not None:
         for vendor in ("nvidia", "amd", "xpu", "cpu"):
+            if only is not None and vendor not in only:
+                continue
             base = f"vllm.models.deepseek_v4.{vendor}"
             model_py, mtp_py = root / vendor / "model.py", root / vendor / "mtp.py"
             if not model_py.exists():
@@ -339,7 +355,8 @@ def discover_variants() -> list[Variant]:
                 variant.notes.append("MTP: model_overrides (upstream CPU MTP is a stub)")
             variants.append(variant)
     legacy = _package_dir("vllm.model_executor.models")
-    if legacy is not None and (legacy / "deepseek_v4.py").exists():
+    wanted_legacy = only is None or "legacy" in only
+    if wanted_legacy and legacy is not None and (legacy / "deepseek_v4.py").exists():
         model_mod, mtp_mod = (
             "vllm.model_executor.models.deepseek_v4",
             "vllm.model_executor.models.deepseek_v4_mtp",
