@@ -1,0 +1,155 @@
+"""Presets as data: every shipped preset validates and renders; bad input names its field."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serving.app import BuildArgs, resolve
+from serving.profile import ProfileError, list_presets, load_profile, parse_set
+from serving.serve_config import IMPORT_PATH, serve_config
+
+PRESETS = [
+    "cpu-tiny",
+    "h200-flash-mtp",
+    "h200-pro-mtp",
+    "b200-pro-mtp",
+    "gb300-pro-mtp",
+    "mi355x-pro-mtp",
+    "mi300x-pro-mtp",
+    "b200-pro-dspark",
+]
+
+
+def test_the_required_presets_ship():
+    assert set(PRESETS) <= set(list_presets())
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_validates_and_renders(preset: str):
+    profile = load_profile(preset)
+    assert profile.sources, "each preset cites where its values come from"
+    kwargs = profile.engine_kwargs()
+    assert kwargs["tensor_parallel_size"] * kwargs["pipeline_parallel_size"] * kwargs.get(
+        "data_parallel_size", 1
+    ) == (profile.accelerator.per_replica if profile.accelerator.kind != "cpu" else 1)
+    assert kwargs["speculative_config"]["method"] in {"mtp", "dspark"}
+    config = serve_config(BuildArgs(preset=preset))
+    (app,) = config["applications"]
+    assert app["import_path"] == IMPORT_PATH and app["args"]["preset"] == preset
+    assert yaml.safe_load(yaml.safe_dump(config)) == config
+
+
+def test_hardware_specific_values_follow_the_recipes():
+    assert load_profile("h200-flash-mtp").speculation.num_speculative_tokens == 1
+    assert load_profile("b200-pro-mtp").speculation.num_speculative_tokens == 2
+    assert load_profile("mi355x-pro-mtp").speculation.num_speculative_tokens == 2
+    assert load_profile("mi355x-pro-mtp").env["VLLM_ROCM_USE_AITER"] == "1"
+    assert load_profile("b200-pro-dspark").speculation.method == "dspark"
+    for preset in PRESETS[1:]:
+        args = load_profile(preset).engine_kwargs()
+        assert args["kv_cache_dtype"] == "fp8" and args["block_size"] == 256
+        assert args["tokenizer_mode"] == "deepseek_v4" and args["reasoning_parser"] == "deepseek_v4"
+
+
+BAD_OVERRIDES = [
+    ("deployment.replicaz=2", "deployment.replicaz: Extra inputs are not permitted"),
+    ("deployment.replicas=-1", "deployment.replicas: Input should be greater than or equal to 1"),
+    ("deployment.replicas=many", "deployment.replicas: Input should be a valid integer"),
+    ("speculation.method=eagle", "speculation.method: Input should be 'mtp', 'dspark' or 'none'"),
+    ("speculation.num_speculative_tokens=0", "speculation: Value error, method 'mtp' needs"),
+    ("accelerator.type=H200", "accelerator: Value error, a cpu accelerator has no type"),
+    ("engine_args.speculative_config={}", "engine_args must not set ['speculative_config']"),
+    ("monitoring.acceptance_baseline=1.5", "monitoring.acceptance_baseline: Input should be less"),
+    ("model.id=", "model.id: String should have at least 1 character"),
+]
+
+
+@pytest.mark.parametrize("assignment,message", BAD_OVERRIDES)
+def test_bad_fields_are_named(assignment: str, message: str):
+    with pytest.raises(ProfileError) as err:
+        load_profile("cpu-tiny", [parse_set(assignment)])
+    assert message in str(err.value)
+
+
+def test_gpu_count_must_match_parallelism():
+    with pytest.raises(
+        ProfileError, match="tensor\\*pipeline\\*data = 4 but accelerator.per_replica = 8"
+    ):
+        load_profile("b200-pro-mtp", [parse_set("parallelism.tensor=4")])
+    with pytest.raises(ProfileError, match="do not fit on 1 node"):
+        load_profile(
+            "b200-pro-mtp",
+            [parse_set("accelerator.per_replica=16"), parse_set("parallelism.tensor=16")],
+        )
+    with pytest.raises(ProfileError, match="'MI300X' is not a nvidia accelerator"):
+        load_profile("b200-pro-mtp", [parse_set("accelerator.type=MI300X")])
+    with pytest.raises(ProfileError, match="min_replicas must not exceed max_replicas"):
+        load_profile("h200-flash-mtp", [parse_set("deployment.autoscaling.min_replicas=9")])
+
+
+def test_overrides_layer_on_top(tmp_path: Path):
+    values = tmp_path / "values.yaml"
+    values.write_text("deployment: {max_ongoing_requests: 7}\nengine_args: {max_model_len: 1024}\n")
+    profile = load_profile("cpu-tiny", [parse_set("deployment.replicas=3")], [values])
+    assert profile.deployment.replicas == 3 and profile.deployment.max_ongoing_requests == 7
+    assert profile.engine_kwargs()["max_model_len"] == 1024
+    assert profile.engine_kwargs()["block_size"] == 256  # untouched keys survive the merge
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: parse_set("replicas"), "expected key.path=value"),
+        (lambda: parse_set("a..b=1"), "empty key"),
+        (lambda: parse_set("a=[1"), "is not valid YAML"),
+        (lambda: load_profile("nope"), "unknown preset 'nope'; known: b200-pro-dspark"),
+        (lambda: load_profile("cpu-tiny", override_files=["/nonexistent.yaml"]), "No such file"),
+        (
+            lambda: resolve({"preset": "cpu-tiny", "sett": []}),
+            "sett: Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_bad_input_gets_a_clear_error(call, message: str):
+    with pytest.raises(ProfileError, match=message.replace("[", "\\[")):
+        call()
+
+
+def test_a_profile_file_that_is_not_a_mapping_is_rejected(tmp_path: Path):
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ProfileError, match="must be a mapping, got list"):
+        load_profile(str(bad))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "serving.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_check_prints_the_resolved_engine_arguments():
+    proc = _cli("check", "mi355x-pro-mtp", "--set", "engine_args.max_model_len=65536")
+    assert proc.returncode == 0, proc.stderr
+    assert '"max_model_len": 65536' in proc.stdout and '"tensor_parallel_size": 8' in proc.stdout
+    assert '"accelerator_type": "AMD-Instinct-MI355X-OAM"' in proc.stdout
+
+
+def test_cli_errors_exit_2_naming_the_field():
+    proc = _cli("check", "cpu-tiny", "--set", "deployment.replicas=0")
+    assert proc.returncode == 2
+    assert "deployment.replicas: Input should be greater than or equal to 1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_render_serve_config_is_a_serve_config_for_the_builder():
+    proc = _cli("render-serve-config", "h200-flash-mtp", "--set", "deployment.replicas=2")
+    assert proc.returncode == 0, proc.stderr
+    config = yaml.safe_load(proc.stdout)
+    assert config["applications"][0]["args"] == {
+        "preset": "h200-flash-mtp",
+        "set": ["deployment.replicas=2"],
+    }
