@@ -46,7 +46,12 @@ golden: $(GOLDEN_DIR)/config.json
 overrides: deps
 	$(VENV)/bin/dsv4-serve overrides
 
+# The Ray Serve app on the embedded CPU default (golden DSV4, MTP k=2).
 serve: deps golden
+	$(VENV)/bin/dsv4-serve up cpu-tiny --host $(HOST) --port $(PORT)
+
+# vLLM's own OpenAI server on the same model and engine arguments (a baseline).
+serve-vllm: deps golden
 	$(VENV)/bin/dsv4-serve serve-vllm --model-dir $(GOLDEN_DIR) --host $(HOST) --port $(PORT)
 
 lint: deps

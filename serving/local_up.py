@@ -28,6 +28,11 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _catch_sigterm() -> None:
+    """Ray's core worker installs an aborting SIGTERM handler as it starts; take it back."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
 def _progress(started: float, done: threading.Event) -> None:
     from ray import serve
 
@@ -71,7 +76,6 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
     import ray
     from ray import serve
 
-    signal.signal(signal.SIGTERM, _raise_interrupt)
     started = time.monotonic()
     _say(f"starting local Ray for preset {profile.name!r} ({profile.description})")
     # Ray's own scheduling needs headroom beyond the engine's CPU bundle (ingress, proxy).
@@ -85,6 +89,7 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
     done, failure = threading.Event(), []
     try:
         serve.start(http_options=config["http_options"])
+        _catch_sigterm()
         watcher = threading.Thread(target=_progress, args=(started, done), daemon=True)
         watcher.start()
         for app in config["applications"]:
@@ -93,6 +98,7 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
                 serve.run(target, name=app["name"], route_prefix=app["route_prefix"])
             except Exception as exc:  # surfaced below, after the watcher stops
                 failure.append(exc)
+        _catch_sigterm()
         done.set()
         if failure:
             _say(f"deployment failed: {failure[0]}")

@@ -19,9 +19,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def answers(url: str, headers: dict[str, str] | None = None) -> bool:
+    try:
+        return httpx.get(url, timeout=2, headers=headers).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @contextmanager
 def running_server(
-    cmd: list[str], health_url: str, log_path: Path, env: dict[str, str], timeout: float = 300
+    cmd: list[str],
+    health_url: str,
+    log_path: Path,
+    env: dict[str, str],
+    timeout: float = 300,
+    headers: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """Start ``cmd`` in its own process group; stop the whole group on exit."""
     with open(log_path, "wb") as log:
@@ -39,11 +51,8 @@ def running_server(
                     raise RuntimeError(
                         f"server exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}"
                     )
-                try:
-                    if httpx.get(health_url, timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
+                if answers(health_url, headers):
+                    break
                 if time.monotonic() > deadline:
                     raise TimeoutError(
                         f"no answer from {health_url}:\n{log_path.read_text()[-4000:]}"

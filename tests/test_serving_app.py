@@ -1,0 +1,210 @@
+"""The Ray Serve app (`dsv4-serve up cpu-tiny`) on the golden DSV4 with MTP, through the
+official openai client: one app for the whole module."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from serving.golden import GoldenDesign
+from tests.golden_prompts import prompt_of
+from tests.server_process import PYTHON, free_port, running_server
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "test-key-0123456789"
+MODEL = "dsv4-golden"
+
+
+def _ray_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server|ray::"], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory):
+    ports = {"api": free_port(), "ray": free_port(), "gateway": free_port()}
+    cmd = [PYTHON, "-m", "serving.cli", "up", "cpu-tiny", "--port", str(ports["api"])]
+    cmd += [
+        "--ray-metrics-port",
+        str(ports["ray"]),
+        "--gateway-metrics-port",
+        str(ports["gateway"]),
+    ]
+    log = tmp_path_factory.mktemp("serve-app") / "up.log"
+    before = _ray_pids()
+    base = f"http://127.0.0.1:{ports['api']}"
+    env = {"DSV4_API_KEYS": KEY}
+    auth = {"Authorization": f"Bearer {KEY}"}
+    os.chdir(ROOT)
+    with running_server(cmd, f"{base}/v1/models", log, env, timeout=400, headers=auth) as proc:
+        # The ingress answers /v1/models before the engine has loaded; `up` says when all is.
+        deadline = time.monotonic() + 400
+        while "[dsv4-serve] ready in" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        yield {"proc": proc, "base": base, "ports": ports, "log": log, "ray_before": before}
+
+
+@pytest.fixture(scope="module")
+def client(app):
+    return openai.OpenAI(base_url=app["base"] + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def test_start_up_says_how_to_reach_it(app):
+    text = app["log"].read_text()
+    assert "auth ON: 1 key(s) from DSV4_API_KEYS" in text
+    assert KEY not in text  # keys are never logged
+    assert "ready in" in text and "curl -s" in text and "/metrics" in text
+
+
+def test_models(client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completions_golden_text(client, golden_design: GoldenDesign, stream: bool):
+    prompt = prompt_of(golden_design, 4, seed=5)
+    out = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=12, temperature=0, stream=stream
+    )
+    if stream:
+        text = "".join(c.choices[0].text for c in out)
+    else:
+        text = out.choices[0].text
+        assert out.usage.completion_tokens == 12 and out.usage.prompt_tokens == 4
+        assert out.choices[0].finish_reason == "length"
+    assert text == golden_design.continuation(prompt, 12)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_golden_reply(client, golden_design: GoldenDesign, stream: bool):
+    messages = [{"role": "user", "content": "neti sinu"}]
+    out = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, temperature=0, stream=stream
+    )
+    if stream:
+        text = "".join(c.choices[0].delta.content or "" for c in out if c.choices)
+    else:
+        text = out.choices[0].message.content
+        assert out.usage.completion_tokens == 6
+    assert text == golden_design.chat_reply(6)
+
+
+def test_stop_sequence_and_max_tokens(client, golden_design: GoldenDesign):
+    prompt = "neti"
+    full = golden_design.continuation(prompt, 10)
+    stop_word = full.split()[3]
+    out = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=10, temperature=0, stop=[f" {stop_word}"]
+    )
+    assert out.choices[0].text == full[: full.index(f" {stop_word}")]
+    assert out.choices[0].finish_reason == "stop"
+    short = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, temperature=0)
+    assert short.choices[0].text == golden_design.continuation(prompt, 2)
+
+
+def test_sixteen_concurrent_requests_all_correct(app, golden_design: GoldenDesign):
+    async def run() -> list[tuple[str, str]]:
+        aclient = openai.AsyncOpenAI(
+            base_url=app["base"] + "/v1", api_key=KEY, max_retries=0, timeout=300
+        )
+        prompts = [prompt_of(golden_design, 1 + i % 5, seed=100 + i) for i in range(16)]
+        outs = await asyncio.gather(
+            *[
+                aclient.completions.create(model=MODEL, prompt=p, max_tokens=24, temperature=0)
+                for p in prompts
+            ]
+        )
+        await aclient.close()
+        return [(p, o.choices[0].text) for p, o in zip(prompts, outs, strict=True)]
+
+    results = asyncio.run(run())
+    assert [text for _, text in results] == [golden_design.continuation(p, 24) for p, _ in results]
+
+
+def test_auth_401_without_or_with_a_wrong_key(app):
+    body = {"model": MODEL, "prompt": "neti", "max_tokens": 2}
+    missing = httpx.post(app["base"] + "/v1/completions", json=body, timeout=30)
+    assert missing.status_code == 401
+    assert missing.json()["error"]["code"] == "missing_api_key"
+    wrong = openai.OpenAI(base_url=app["base"] + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.completions.create(model=MODEL, prompt="neti", max_tokens=2)
+    assert httpx.get(app["base"] + "/v1/models", timeout=30).status_code == 401
+
+
+def _samples(url: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _total(samples: dict, name: str, **match: str) -> float:
+    return sum(
+        v
+        for (n, labels), v in samples.items()
+        if n == name and all(dict(labels).get(k) == m for k, m in match.items())
+    )
+
+
+def test_engine_and_gateway_metrics_advance(app, client, golden_design: GoldenDesign):
+    ray_url = f"http://127.0.0.1:{app['ports']['ray']}/metrics"
+    gw_url = f"http://127.0.0.1:{app['ports']['gateway']}/metrics"
+    accepted = "ray_vllm_spec_decode_num_accepted_tokens_total"
+    drafted = "ray_vllm_spec_decode_num_draft_tokens_total"
+    engine_before = _samples(ray_url)
+    before_gw = _samples(gw_url)
+    for seed in range(3):
+        prompt = prompt_of(golden_design, 2, seed=seed)
+        client.completions.create(model=MODEL, prompt=prompt, max_tokens=30, temperature=0)
+    deadline = time.monotonic() + 60
+    while True:
+        engine_after = _samples(ray_url)
+        d_accepted = _total(engine_after, accepted, model_name=MODEL) - _total(
+            engine_before, accepted, model_name=MODEL
+        )
+        d_drafted = _total(engine_after, drafted, model_name=MODEL) - _total(
+            engine_before, drafted, model_name=MODEL
+        )
+        if d_accepted >= 3 * 20:  # 30 tokens at k=2: at least 10 fully accepted steps each
+            break
+        assert time.monotonic() < deadline, (
+            "engine spec-decode counters did not advance on Ray's port"
+        )
+        time.sleep(2)
+    # Full agreement: every draft that reached verification was accepted; the server's
+    # async scheduling may draft one step past a request's end (counted, not accepted).
+    assert d_accepted / d_drafted >= 0.9
+    after_gw = _samples(gw_url)
+    name = "dsv4_gateway_request_duration_seconds_count"
+    match = {"route": "/v1/completions", "model": MODEL}
+    assert _total(after_gw, name, **match) - _total(before_gw, name, **match) == 3
+    assert _total(after_gw, "dsv4_gateway_time_to_first_token_seconds_count", **match) >= 3
+    assert (
+        _total(after_gw, "dsv4_overrides_patch_info", patch="dsv4-cpu-mtp-draft", status="applied")
+        == 1
+    )
+
+
+def test_sigterm_stops_everything_without_orphans(app):
+    proc = app["proc"]
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(120)
+    assert proc.returncode == 0
+    deadline = time.monotonic() + 60
+    while _ray_pids() - app["ray_before"]:
+        assert time.monotonic() < deadline, (
+            f"orphaned Ray processes: {_ray_pids() - app['ray_before']}"
+        )
+        time.sleep(2)
+    assert "[dsv4-serve] stopped" in app["log"].read_text()
