@@ -97,6 +97,8 @@ def _add_profile_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from serving.golden_engine import DEFAULT_MODEL_DIR, DEFAULT_SPEC_K
+
     parser = argparse.ArgumentParser(prog="dsv4-serve", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -131,10 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(func=_cmd_render)
 
     serve_vllm = sub.add_parser("serve-vllm", help="vLLM's own OpenAI server on the golden model")
-    serve_vllm.add_argument("--model-dir", default=".cache/models/golden")
+    serve_vllm.add_argument("--model-dir", default=str(DEFAULT_MODEL_DIR))
     serve_vllm.add_argument("--host", default="127.0.0.1")
     serve_vllm.add_argument("--port", type=int, default=8000)
-    serve_vllm.add_argument("--spec-k", type=int, default=2, help="MTP draft tokens (0: off)")
+    serve_vllm.add_argument(
+        "--spec-k", type=int, default=DEFAULT_SPEC_K, help="MTP draft tokens (0: off)"
+    )
     serve_vllm.set_defaults(func=_cmd_serve_vllm)
     return parser
 

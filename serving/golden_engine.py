@@ -1,30 +1,35 @@
-"""vLLM engine arguments for the golden model on the CPU: one place for tests, bench and serve."""
+"""vLLM engine arguments for the golden model, derived from the cpu-tiny preset.
 
+The preset is the one source of truth: the Ray Serve app, vLLM's own server
+(`serve-vllm`), the tests and the benchmarks all start from the same arguments.
+"""
+
+import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-SERVED_MODEL_NAME = "dsv4-golden"
-DEFAULT_SPEC_K = 2  # MTP draft tokens per step for the local default
-DEFAULT_MODEL_DIR = Path(".cache/models/golden")
-CPU_ENV = {
-    # GiB of KV cache; the golden model needs very little.
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-}
+from serving.profile import Profile, load_profile
+
+GOLDEN_PRESET = "cpu-tiny"
+
+
+@cache
+def golden_profile() -> Profile:
+    return load_profile(GOLDEN_PRESET)
+
+
+SERVED_MODEL_NAME = golden_profile().model.id
+DEFAULT_SPEC_K = golden_profile().speculation.num_speculative_tokens
+CPU_ENV = dict(golden_profile().env)
+DEFAULT_MODEL_DIR = Path(golden_profile().model.source)
 
 
 def golden_engine_kwargs(model_dir: str | Path, **overrides: Any) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.LLM`` / ``AsyncEngineArgs`` on the golden checkpoint."""
-    kwargs: dict[str, Any] = {
-        "model": str(model_dir),
-        "served_model_name": SERVED_MODEL_NAME,
-        "dtype": "bfloat16",
-        "max_model_len": 4096,
-        "max_num_seqs": 16,
-        "max_num_batched_tokens": 2048,
-        "block_size": 256,  # the DSV4 CPU backend requires 256
-        "enforce_eager": True,  # starts in ~20 s instead of ~45 s; same kernels
-        "seed": 0,
-    }
+    """Keyword arguments for ``vllm.LLM`` / the OpenAI server; no speculation unless asked."""
+    kwargs = golden_profile().engine_kwargs()
+    kwargs.pop("speculative_config", None)
+    kwargs.update(model=str(model_dir), served_model_name=SERVED_MODEL_NAME)
     kwargs.update(overrides)
     return kwargs
 
@@ -38,17 +43,12 @@ def to_cli_args(kwargs: dict[str, Any]) -> list[str]:
     """The same arguments in vLLM's command-line form (for the OpenAI server)."""
     args: list[str] = []
     for key, value in kwargs.items():
-        flag = "--" + key.replace("_", "-")
         if value is None:
             continue
-        if key == "model":
-            args += ["--model", str(value)]
-        elif isinstance(value, bool):
-            if value:
-                args.append(flag)
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args += [flag] if value else []
         elif isinstance(value, dict):
-            import json
-
             args += [flag, json.dumps(value)]
         else:
             args += [flag, str(value)]
