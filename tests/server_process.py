@@ -34,6 +34,7 @@ def running_server(
     env: dict[str, str],
     timeout: float = 300,
     headers: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[subprocess.Popen]:
     """Start ``cmd`` in its own process group; stop the whole group on exit."""
     with open(log_path, "wb") as log:

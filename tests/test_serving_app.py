@@ -43,8 +43,9 @@ def app(tmp_path_factory: pytest.TempPathFactory):
     base = f"http://127.0.0.1:{ports['api']}"
     env = {"DSV4_API_KEYS": KEY}
     auth = {"Authorization": f"Bearer {KEY}"}
-    os.chdir(ROOT)
-    with running_server(cmd, f"{base}/v1/models", log, env, timeout=400, headers=auth) as proc:
+    with running_server(
+        cmd, f"{base}/v1/models", log, env, timeout=400, headers=auth, cwd=ROOT
+    ) as proc:
         # The ingress answers /v1/models before the engine has loaded; `up` says when all is.
         deadline = time.monotonic() + 400
         while "[dsv4-serve] ready in" not in log.read_text():
