@@ -44,6 +44,7 @@ def running_server(
             stderr=subprocess.STDOUT,
             env={**os.environ, **env},
             start_new_session=True,
+            cwd=cwd,
         )
         try:
             deadline = time.monotonic() + timeout
