@@ -62,7 +62,7 @@ def build(args: dict[str, Any]) -> Any:
     # gateway outside it: metrics see every request, auth runs before routing.
     app = ray_llm_fastapi_app()
     app.add_middleware(ApiKeyAuth)
-    app.add_middleware(GatewayMetrics)
+    app.add_middleware(GatewayMetrics, models=[config.model_id])
     ingress_cls = make_fastapi_ingress(Dsv4Ingress, app=app)
     options = Dsv4Ingress.get_deployment_options(llm_configs=[config])
     options["name"] = INGRESS_NAME

@@ -39,7 +39,7 @@ def _app(source: KeySource) -> Starlette:
         routes=[Route("/v1/completions", _completions, methods=["POST"]), Route("/health", _health)]
     )
     app.add_middleware(ApiKeyAuth, source=source)
-    app.add_middleware(metrics.GatewayMetrics)
+    app.add_middleware(metrics.GatewayMetrics, models=["gw-model", "m"])
     return app
 
 
@@ -150,7 +150,25 @@ def test_metrics_count_requests_latency_streams_and_rejections():
 
 
 @pytest.mark.parametrize(
-    "body,expected", [(b'{"model": "x"}', "x"), (b"not json", "unknown"), (b"[1]", "unknown")]
+    "body,expected",
+    [
+        (b'{"model": "x"}', "x"),
+        (b'{"model": "not-served"}', "unknown"),
+        (b"not json", "unknown"),
+        (b"[1]", "unknown"),
+    ],
 )
-def test_model_label_comes_from_the_body(body: bytes, expected: str):
-    assert metrics._model_of(body) == expected
+def test_model_label_comes_from_the_body_and_only_names_served_models(body: bytes, expected: str):
+    assert metrics._model_of(body, frozenset({"x"})) == expected
+
+
+@pytest.mark.parametrize(
+    "path,label",
+    [
+        ("/v1/completions", "/v1/completions"),
+        ("/v1/models/abc", "/v1/models/{model}"),
+        ("/v1/zz/1/2", "other"),
+    ],
+)
+def test_route_labels_come_from_a_fixed_set(path: str, label: str):
+    assert metrics.route_label(path) == label

@@ -58,6 +58,17 @@ PATCHES = Gauge(
     registry=REGISTRY,
 )
 MAX_BODY_FOR_MODEL = 1 << 20  # bytes of request body inspected for the model name
+# Label values come from fixed sets, so clients cannot grow the series count.
+KNOWN_ROUTES = frozenset(
+    {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/v1/embeddings",
+        "/v1/score",
+        "/v1/audio/transcriptions",
+    }
+)
 
 
 def publish_patch_status() -> None:
@@ -69,25 +80,34 @@ def publish_patch_status() -> None:
         PATCHES.labels(status.name, status.override, status.outcome.value).set(1)
 
 
-def _model_of(body: bytes) -> str:
+def _model_of(body: bytes, served: frozenset[str] | None = None) -> str:
     try:
         model = json.loads(body).get("model")
     except (ValueError, AttributeError):
         return "unknown"
-    return model if isinstance(model, str) and len(model) < 200 else "unknown"
+    if not isinstance(model, str) or (served is not None and model not in served):
+        return "unknown"
+    return model
+
+
+def route_label(path: str) -> str:
+    if path in KNOWN_ROUTES:
+        return path
+    return "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
 
 
 class GatewayMetrics:
     """ASGI middleware recording what a client of the OpenAI routes experiences."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, models: list[str] | None = None) -> None:
         self.app = app
+        self.models = frozenset(models) if models is not None else None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         path = scope.get("path", "")
         if scope["type"] != "http" or not path.startswith("/v1/"):
             return await self.app(scope, receive, send)
-        route = path if path.count("/") <= 3 else "/v1/models/{model}"
+        route = route_label(path)
         start = time.perf_counter()
         body = bytearray()
         state: dict[str, Any] = {"status": 500, "first": None, "last": None}
@@ -115,7 +135,7 @@ class GatewayMetrics:
             await self.app(scope, tapped_receive, tapped_send)
         finally:
             IN_FLIGHT.labels(route).dec()
-            model = _model_of(bytes(body)) if body else "none"
+            model = _model_of(bytes(body), self.models) if body else "none"
             status = state["status"]
             REQUESTS.labels(route, model, str(status)).inc()
             if status in (429, 503):
