@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from model_overrides.kernels.sampling import expand_to_tokens
-from model_overrides.patches.module_attr import import_optional
+from model_overrides.patches.module_attr import import_optional, is_cpu_platform
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 _CPU_IMPLS = "vllm.utils.cpu_triton_utils"
@@ -27,11 +27,13 @@ def expands_floats(impl: Any) -> bool:
 
 
 def _writes_back(source: str) -> bool:
-    """Upstream's shape: output converted with _ensure_int64 and never copied back."""
+    """True when the implementation copies its int64 result back into ``output``."""
     return "output.copy_(" in source or "output[" in source
 
 
 def probe() -> Probe:
+    if not is_cpu_platform():
+        return Probe(Need.NOT_APPLICABLE, "not the CPU platform: the Triton expand_kernel runs")
     impls = import_optional(_CPU_IMPLS)
     current = getattr(impls, "_expand_kernel_impl", None) if impls else None
     if current is None:

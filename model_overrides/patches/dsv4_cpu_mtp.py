@@ -2,16 +2,11 @@
 
 import inspect
 
-from model_overrides.patches.module_attr import import_optional
+from model_overrides.patches.module_attr import import_optional, is_cpu_platform
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 ARCH = "DeepSeekV4MTPModel"
 OURS = "model_overrides.models.dsv4_mtp_cpu:CpuDeepSeekV4MTP"
-
-
-def _is_cpu() -> bool:
-    platforms = import_optional("vllm.platforms")
-    return bool(platforms and platforms.current_platform.is_cpu())
 
 
 def _registered_class_name() -> str | None:
@@ -25,7 +20,7 @@ def _registered_class_name() -> str | None:
 
 
 def probe() -> Probe:
-    if not _is_cpu():
+    if not is_cpu_platform():
         return Probe(Need.NOT_APPLICABLE, "not the CPU platform: vLLM's own MTP draft is used")
     stub = import_optional("vllm.models.deepseek_v4.cpu.mtp")
     registered = _registered_class_name()

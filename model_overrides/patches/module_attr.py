@@ -18,6 +18,11 @@ def import_optional(module: str) -> ModuleType | None:
         return None
 
 
+def is_cpu_platform() -> bool:
+    platforms = import_optional("vllm.platforms")
+    return bool(platforms and platforms.current_platform.is_cpu())
+
+
 @dataclass
 class EagerKernel:
     """Stands in for a Triton kernel object; called exactly like the original."""
