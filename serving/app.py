@@ -21,6 +21,7 @@ class BuildArgs(BaseModel):
     set: list[str] = Field(default_factory=list, description="key.path=value overrides")
     override_files: list[str] = Field(default_factory=list)
     gateway_metrics_port: int | None = Field(None, ge=1, le=65535)
+    gateway_metrics_host: str = Field("0.0.0.0", description="interface of the metrics port")
 
 
 def resolve(args: dict[str, Any] | BuildArgs) -> tuple[BuildArgs, Profile]:
@@ -74,5 +75,6 @@ def build(args: dict[str, Any]) -> Any:
             llm_deployments={config.model_id: build_llm_deployment(config)},
             model_cards={config.model_id: to_model_metadata(config.model_id, config)},
             metrics_port=parsed.gateway_metrics_port,
+            metrics_host=parsed.gateway_metrics_host,
         )
     )

@@ -53,6 +53,8 @@ def _build_args(args: argparse.Namespace):
         set=args.set or [],
         override_files=args.values or [],
         gateway_metrics_port=getattr(args, "gateway_metrics_port", None),
+        # `up` on loopback keeps the metrics port on loopback too.
+        **({"gateway_metrics_host": args.host} if args.command == "up" else {}),
     )
 
 
