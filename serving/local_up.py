@@ -29,8 +29,10 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _catch_sigterm() -> None:
-    """Ray's core worker installs an aborting SIGTERM handler as it starts; take it back."""
+    """Ray's core worker installs its own SIGTERM/SIGINT handlers as it starts (SIGTERM
+    aborts, Ctrl-C is swallowed); take both back so either one drains and stops."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
 
 
 def _progress(started: float, done: threading.Event) -> None:
