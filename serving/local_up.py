@@ -57,6 +57,9 @@ def _progress(started: float, done: threading.Event) -> None:
 def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: int | None) -> int:
     _, profile = resolve(args)
     keys = KeySource()
+    if keys.configured() and not keys.keys():
+        _say("an API key source is configured but holds no key (check DSV4_API_KEYS_FILE)")
+        return 2
     if not keys.keys():
         if host not in LOOPBACK:
             _say(

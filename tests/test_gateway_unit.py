@@ -96,6 +96,17 @@ def test_key_file_is_reread_when_rotated(tmp_path: Path):
     assert "1 key(s)" in source.describe() and "new" not in source.describe()
 
 
+def test_a_configured_but_missing_key_file_fails_closed(tmp_path: Path):
+    source = KeySource(env={"DSV4_API_KEYS_FILE": str(tmp_path / "absent")})
+    assert source.configured() and not source.keys()
+    with client_for(source) as c:
+        refused = c.post(
+            "/v1/completions", json={"model": "m"}, headers={"Authorization": "Bearer x"}
+        )
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "no_server_keys"
+        assert c.get("/health").status_code == 200
+
+
 def test_key_matching_compares_every_key():
     keys = [b"alpha", b"beta"]
     assert (

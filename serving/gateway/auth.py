@@ -5,6 +5,9 @@ Keys come from ``DSV4_API_KEYS`` (comma-separated) and/or the file named by
 Kubernetes Secret takes effect without a restart). Auth is on whenever at least one
 key is configured. Keys are compared in constant time and never logged.
 
+A key file that is configured but missing or empty fails closed: every protected
+route is refused (401) rather than served without auth.
+
 Policy: ``/health``, ``/-/healthz`` and ``/-/routes`` stay open (probes); every
 ``/v1/*`` route, ``/v1/models`` included (it names what is served), and ``/tokenize``
 need ``Authorization: Bearer <key>``.
@@ -52,6 +55,10 @@ class KeySource:
         self._refresh()
         return [k.encode() for k in self._inline + self._file_keys]
 
+    def configured(self) -> bool:
+        """True when any key source is set, whether or not it yields keys right now."""
+        return bool(self._inline) or self._file is not None
+
     def describe(self) -> str:
         sources = ([KEYS_ENV] if self._inline else []) + ([str(self._file)] if self._file else [])
         return f"{len(self.keys())} key(s) from {', '.join(sources)}" if sources else "no keys"
@@ -85,7 +92,16 @@ class ApiKeyAuth:
             return await self.app(scope, receive, send)
         keys = self.source.keys()
         if not keys:
-            return await self.app(scope, receive, send)
+            if not self.source.configured():
+                return await self.app(scope, receive, send)
+            return await send_error(
+                send,
+                401,
+                "No API keys are available on the server (key file missing or empty).",
+                "authentication_error",
+                "no_server_keys",
+                {"www-authenticate": "Bearer"},
+            )
         key = presented_key(scope.get("headers", []))
         if key is None:
             return await send_error(
