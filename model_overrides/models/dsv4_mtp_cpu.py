@@ -63,21 +63,17 @@ class CpuDeepSeekV4MTPLayer(nn.Module):
         quant_config = vllm_config.quant_config
         self.enorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.hnorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.e_proj = ReplicatedLinear(
-            config.hidden_size,
-            config.hidden_size,
-            bias=False,
-            return_bias=False,
-            quant_config=quant_config,
-            prefix=f"{prefix}.e_proj",
-        )
-        self.h_proj = ReplicatedLinear(
-            config.hidden_size,
-            config.hidden_size,
-            bias=False,
-            return_bias=False,
-            quant_config=quant_config,
-            prefix=f"{prefix}.h_proj",
+        # Embedding and target-hidden projections, kept apart as in the checkpoint.
+        self.e_proj, self.h_proj = (
+            ReplicatedLinear(
+                config.hidden_size,
+                config.hidden_size,
+                bias=False,
+                return_bias=False,
+                quant_config=quant_config,
+                prefix=f"{prefix}.{name}",
+            )
+            for name in ("e_proj", "h_proj")
         )
         hc_dim = config.hc_mult * config.hidden_size
         self.hc_head_fn = _fp32_param(config.hc_mult, hc_dim)
