@@ -70,7 +70,8 @@ class ClassInfo:
                     targets = node.targets
                 elif isinstance(node, ast.AnnAssign | ast.AugAssign):
                     targets = [node.target]
-                for t in targets:
+                flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+                for t in flat:
                     if (
                         isinstance(t, ast.Attribute)
                         and isinstance(t.value, ast.Name)
