@@ -5,29 +5,36 @@ and writes the same outputs in place. They run where Triton has no backend (the
 CPU); they are written from the kernels' definitions, vectorised over tokens.
 """
 
+from typing import NamedTuple
+
 import torch
 
 PAD_SLOT = -1
 
 
-def _token_request_index(query_start_loc: torch.Tensor, num_reqs: int) -> torch.Tensor:
-    """Request index of every token covered by ``query_start_loc[: num_reqs + 1]``."""
-    qsl = query_start_loc[: num_reqs + 1].to(torch.int64)
-    lens = (qsl[1:] - qsl[:-1]).clamp(min=0)
-    return torch.repeat_interleave(torch.arange(num_reqs, device=qsl.device), lens)
+class TokenLayout(NamedTuple):
+    """Where each query token of a batch sits, from ``query_start_loc``."""
+
+    req: torch.Tensor  # request index of each token
+    flat: torch.Tensor  # flat token index
+    offset: torch.Tensor  # offset within its request
+    query_len: torch.Tensor  # [num_reqs], as the kernels read it (end - start)
 
 
-def _offsets_in_request(
-    query_start_loc: torch.Tensor, num_reqs: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(request index, flat token index, offset within its request) for each token."""
+def spread_requests(lens: torch.Tensor) -> torch.Tensor:
+    """Request index repeated over its ``lens`` entries: [0, 0, 1, 2, 2, 2, ...]."""
+    return torch.repeat_interleave(
+        torch.arange(lens.numel(), device=lens.device), lens.clamp(min=0)
+    )
+
+
+def token_layout(query_start_loc: torch.Tensor, num_reqs: int) -> TokenLayout:
     qsl = query_start_loc[: num_reqs + 1].to(torch.int64)
-    req = _token_request_index(query_start_loc, num_reqs)
-    lens = (qsl[1:] - qsl[:-1]).clamp(min=0)
-    starts = torch.repeat_interleave(qsl[:-1], lens)
+    query_len = qsl[1:] - qsl[:-1]
+    req = spread_requests(query_len)
     first = int(qsl[0]) if num_reqs else 0
     flat = torch.arange(first, first + req.numel(), device=qsl.device)
-    return req, flat, flat - starts
+    return TokenLayout(req, flat, flat - qsl[req], query_len)
 
 
 def _paged_slots(
@@ -57,11 +64,9 @@ def compressed_slot_mapping(
 ) -> None:
     """The last token of every ``compress_ratio`` group gets its state's slot."""
     num_reqs = block_table.shape[0]
-    req, flat, offset = _offsets_in_request(query_start_loc, num_reqs)
+    req, flat, offset, query_len = token_layout(query_start_loc, num_reqs)
     if req.numel() == 0:
         return
-    qsl = query_start_loc.to(torch.int64)
-    query_len = qsl[1 : num_reqs + 1] - qsl[:num_reqs]
     pos = (seq_lens[:num_reqs].to(torch.int64) - query_len)[req] + offset
     own_slot = slot_mapping[flat].to(torch.int64)
     valid = ((pos + 1) % compress_ratio == 0) & (own_slot != PAD_SLOT)
@@ -110,10 +115,8 @@ def build_prefill_chunk_metadata(
     COMPRESS_RATIO: int,  # noqa: N803
 ) -> None:
     """Per-query-token K row bounds (ks, ke) and the compressed-token → request map."""
-    req, flat, offset = _offsets_in_request(query_start_loc, num_reqs)
+    req, flat, offset, query_len = token_layout(query_start_loc, num_reqs)
     if req.numel():
-        qsl = query_start_loc.to(torch.int64)
-        query_len = qsl[1 : num_reqs + 1] - qsl[:num_reqs]
         start_pos = uncompressed_seq_lens[:num_reqs].to(torch.int64) - query_len
         row_start = row_start_cu_compressed_seq_lens[:num_reqs].to(torch.int64)[req]
         keep = (flat >= query_slice_start) & (flat < query_slice_stop)
@@ -129,9 +132,8 @@ def build_prefill_chunk_metadata(
         ke = (row_start + length)[keep]
         cu_compressed_seq_len_ke[out] = ke.to(cu_compressed_seq_len_ke.dtype)
     cu = cu_compressed_seq_lens[: num_reqs + 1].to(torch.int64)
-    lens = (cu[1:] - cu[:-1]).clamp(min=0)
-    if int(lens.sum()):
-        owner = torch.repeat_interleave(torch.arange(num_reqs, device=cu.device), lens)
+    owner = spread_requests(cu[1:] - cu[:-1])
+    if owner.numel():
         first = int(cu[0])
         token_to_seq[first : first + owner.numel()] = owner.to(token_to_seq.dtype)
 
