@@ -111,6 +111,7 @@ class GatewayMetrics:
         start = time.perf_counter()
         body = bytearray()
         state: dict[str, Any] = {"status": 500, "first": None, "last": None}
+        gaps: list[float] = []
 
         async def tapped_receive() -> dict:
             message = await receive()
@@ -126,7 +127,7 @@ class GatewayMetrics:
                 if state["first"] is None:
                     state["first"] = now
                 else:
-                    state["gaps"] = state.get("gaps", []) + [now - state["last"]]
+                    gaps.append(now - state["last"])
                 state["last"] = now
             await send(message)
 
@@ -145,5 +146,5 @@ class GatewayMetrics:
                 E2E.labels(route, model).observe(end - start)
                 if state["first"] is not None:
                     TTFT.labels(route, model).observe(state["first"] - start)
-                for gap in state.get("gaps", []):
+                for gap in gaps:
                     ITL.labels(route, model).observe(gap)
