@@ -199,23 +199,31 @@ def check_decoder_returns(decoder: ClassInfo) -> tuple[bool, str]:
     return (not problems), "; ".join(problems) or f"4-tuple ({shape} state)"
 
 
-def check_logits_attrs(predictor: ClassInfo, layer: ClassInfo) -> tuple[bool, str]:
+def foreign_logits_attrs(predictor: ClassInfo, layer: ClassInfo) -> list[tuple[str, str]]:
+    """(holder, attribute) pairs ``compute_logits`` uses that their holder does not own:
+    ``self.X`` not owned by the predictor, ``<...layer...>.X`` not owned by the layer."""
     fn = predictor.method("compute_logits")
-    if fn is None:
-        return False, f"{predictor.name} has no compute_logits"
     own, layer_own = predictor.owned_attributes(), layer.owned_attributes()
-    problems = []
+    found = set()
     for node in ast.walk(fn):
         if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
             continue
         holder = node.value.id
-        if holder == "self" and node.attr not in own:
-            problems.append(f"self.{node.attr} is not {predictor.name}'s")
-        elif "layer" in holder and node.attr not in layer_own:
-            problems.append(f"{holder}.{node.attr} is not {layer.name}'s")
-    return (not problems), "; ".join(
-        sorted(set(problems))
-    ) or "uses only attributes it or its layers own"
+        if (holder == "self" and node.attr not in own) or (
+            holder != "self" and "layer" in holder and node.attr not in layer_own
+        ):
+            found.add((holder, node.attr))
+    return sorted(found)
+
+
+def check_logits_attrs(predictor: ClassInfo, layer: ClassInfo) -> tuple[bool, str]:
+    if predictor.method("compute_logits") is None:
+        return False, f"{predictor.name} has no compute_logits"
+    problems = [
+        f"{holder}.{attr} is not {predictor.name if holder == 'self' else layer.name}'s"
+        for holder, attr in foreign_logits_attrs(predictor, layer)
+    ]
+    return (not problems), "; ".join(problems) or "uses only attributes it or its layers own"
 
 
 def _is_hc_post_call(node: ast.AST) -> bool:

@@ -11,7 +11,6 @@ Probes run the contract rules on every importable DSV4 variant; classes that fai
 are patched before any model is built. vLLM 0.32 carries all three fixes.
 """
 
-import ast
 import functools
 import inspect
 import sys
@@ -151,19 +150,13 @@ def _gate_rule(v: contract.Variant) -> tuple[bool, str] | None:
 
 
 def missing_logits_attrs(predictor: contract.ClassInfo, layer: contract.ClassInfo) -> list[str]:
-    fn = predictor.method("compute_logits")
-    own, layer_own = predictor.owned_attributes(), layer.owned_attributes()
-    return sorted(
-        {
-            n.attr
-            for n in ast.walk(fn)
-            if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Name)
-            and n.value.id == "self"
-            and n.attr not in own
-            and n.attr in layer_own
-        }
-    )
+    """What compute_logits takes from ``self`` that only the MTP layer owns."""
+    layer_own = layer.owned_attributes()
+    return [
+        attr
+        for holder, attr in contract.foreign_logits_attrs(predictor, layer)
+        if holder == "self" and attr in layer_own
+    ]
 
 
 def _apply_decoder() -> None:
