@@ -17,12 +17,14 @@ Variants are read from source, so those whose import needs another vendor's torc
 """
 
 import ast
+import functools
 import importlib
 import importlib.util
 import inspect
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 HC_STATE = ("post_mix", "res_mix", "residual")
@@ -97,8 +99,13 @@ def _only_class(tree: ast.Module) -> ast.ClassDef:
     return next(n for n in tree.body if isinstance(n, ast.ClassDef))
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
 def class_from_source(path: Path, name: str) -> ClassInfo | None:
-    tree = ast.parse(path.read_text())
+    tree = _parsed(path)
     cdef = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
     return ClassInfo(name, [cdef]) if cdef else None
 
@@ -309,11 +316,21 @@ def _package_dir(name: str) -> Path | None:
     return Path(spec.origin) if spec.origin else None
 
 
-def _load(module: str, path: Path, name: str) -> ClassInfo | None:
+@functools.cache
+def _import(module: str) -> ModuleType | None:
+    """One attempt per module: a failing import (another vendor's torch) is not retried."""
     try:
-        return class_from_runtime(getattr(importlib.import_module(module), name))
-    except Exception:  # another vendor's torch, or absent: read the source instead
-        return class_from_source(path, name) if path.exists() else None
+        return importlib.import_module(module)
+    except Exception:
+        return None
+
+
+def _load(module: str, path: Path, name: str) -> ClassInfo | None:
+    cls = getattr(_import(module), name, None)
+    if cls is not None:
+        return class_from_runtime(cls)
+    # Not importable here (or absent): read the source instead.
+    return class_from_source(path, name) if path.is_file() else None
 
 
 def _compute_logits_owner(mtp_module: str, path: Path) -> ClassInfo | None:
