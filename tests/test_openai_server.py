@@ -3,7 +3,6 @@ the official ``openai`` client."""
 
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
@@ -16,6 +15,7 @@ from serving.golden_engine import (
     to_cli_args,
 )
 from tests.golden_prompts import engine_env, prompt_of
+from tests.prom_samples import scrape, total
 from tests.server_process import PYTHON, free_port, running_server
 
 pytestmark = pytest.mark.slow
@@ -34,18 +34,8 @@ def client(golden_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
 
 
-def _spec_counters(client) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(str(client.base_url).replace("/v1/", "/metrics")).text
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name
-            counter = name.startswith("vllm:spec_decode_num_") and name.endswith("_total")
-            if counter and "position" not in sample.labels:
-                out[name] = out.get(name, 0.0) + sample.value
-    return out
+def _metrics_url(client) -> str:
+    return str(client.base_url).replace("/v1/", "/metrics")
 
 
 def test_models_lists_the_golden_model(client):
@@ -85,19 +75,17 @@ def test_chat_reply_is_the_golden_text(client, golden_design: GoldenDesign):
 
 
 def test_mtp_counters_advance_with_full_acceptance(client, golden_design: GoldenDesign):
-    before = _spec_counters(client)
+    drafted_name = "vllm:spec_decode_num_draft_tokens_total"
+    accepted_name = "vllm:spec_decode_num_accepted_tokens_total"
+    before = scrape(_metrics_url(client))
     prompt = prompt_of(golden_design, 3, seed=77)
     out = client.completions.create(
         model=SERVED_MODEL_NAME, prompt=prompt, max_tokens=40, temperature=0
     )
     assert out.choices[0].text == golden_design.continuation(prompt, 40)
-    after = _spec_counters(client)
+    after = scrape(_metrics_url(client))
     expected = golden_design.expected_spec_counters(prompt, 40, DEFAULT_SPEC_K)
-    drafted = after["vllm:spec_decode_num_draft_tokens_total"] - before.get(
-        "vllm:spec_decode_num_draft_tokens_total", 0
-    )
-    accepted = after["vllm:spec_decode_num_accepted_tokens_total"] - before.get(
-        "vllm:spec_decode_num_accepted_tokens_total", 0
-    )
+    drafted = total(after, drafted_name) - total(before, drafted_name)
+    accepted = total(after, accepted_name) - total(before, accepted_name)
     assert drafted == expected["vllm:spec_decode_num_draft_tokens"]
     assert accepted == expected["vllm:spec_decode_num_accepted_tokens"] == drafted

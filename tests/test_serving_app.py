@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from serving.golden import GoldenDesign
 from tests.golden_prompts import prompt_of
+from tests.prom_samples import scrape, total
 from tests.server_process import PYTHON, free_port, running_server
 
 pytestmark = pytest.mark.slow
@@ -142,39 +142,23 @@ def test_auth_401_without_or_with_a_wrong_key(app):
     assert httpx.get(app["base"] + "/v1/models", timeout=30).status_code == 401
 
 
-def _samples(url: str) -> dict[tuple[str, tuple], float]:
-    out = {}
-    for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def _total(samples: dict, name: str, **match: str) -> float:
-    return sum(
-        v
-        for (n, labels), v in samples.items()
-        if n == name and all(dict(labels).get(k) == m for k, m in match.items())
-    )
-
-
 def test_engine_and_gateway_metrics_advance(app, client, golden_design: GoldenDesign):
     ray_url = f"http://127.0.0.1:{app['ports']['ray']}/metrics"
     gw_url = f"http://127.0.0.1:{app['ports']['gateway']}/metrics"
     accepted = "ray_vllm_spec_decode_num_accepted_tokens_total"
     drafted = "ray_vllm_spec_decode_num_draft_tokens_total"
-    engine_before = _samples(ray_url)
-    before_gw = _samples(gw_url)
+    engine_before = scrape(ray_url)
+    before_gw = scrape(gw_url)
     for seed in range(3):
         prompt = prompt_of(golden_design, 2, seed=seed)
         client.completions.create(model=MODEL, prompt=prompt, max_tokens=30, temperature=0)
     deadline = time.monotonic() + 60
     while True:
-        engine_after = _samples(ray_url)
-        d_accepted = _total(engine_after, accepted, model_name=MODEL) - _total(
+        engine_after = scrape(ray_url)
+        d_accepted = total(engine_after, accepted, model_name=MODEL) - total(
             engine_before, accepted, model_name=MODEL
         )
-        d_drafted = _total(engine_after, drafted, model_name=MODEL) - _total(
+        d_drafted = total(engine_after, drafted, model_name=MODEL) - total(
             engine_before, drafted, model_name=MODEL
         )
         if d_accepted >= 3 * 20:  # 30 tokens at k=2: at least 10 fully accepted steps each
@@ -186,13 +170,13 @@ def test_engine_and_gateway_metrics_advance(app, client, golden_design: GoldenDe
     # Full agreement: every draft that reached verification was accepted; the server's
     # async scheduling may draft one step past a request's end (counted, not accepted).
     assert d_accepted / d_drafted >= 0.9
-    after_gw = _samples(gw_url)
+    after_gw = scrape(gw_url)
     name = "dsv4_gateway_request_duration_seconds_count"
     match = {"route": "/v1/completions", "model": MODEL}
-    assert _total(after_gw, name, **match) - _total(before_gw, name, **match) == 3
-    assert _total(after_gw, "dsv4_gateway_time_to_first_token_seconds_count", **match) >= 3
+    assert total(after_gw, name, **match) - total(before_gw, name, **match) == 3
+    assert total(after_gw, "dsv4_gateway_time_to_first_token_seconds_count", **match) >= 3
     assert (
-        _total(after_gw, "dsv4_overrides_patch_info", patch="dsv4-cpu-mtp-draft", status="applied")
+        total(after_gw, "dsv4_overrides_patch_info", patch="dsv4-cpu-mtp-draft", status="applied")
         == 1
     )
 
