@@ -76,5 +76,6 @@ def build(args: dict[str, Any]) -> Any:
             model_cards={config.model_id: to_model_metadata(config.model_id, config)},
             metrics_port=parsed.gateway_metrics_port,
             metrics_host=parsed.gateway_metrics_host,
+            thresholds={config.model_id: profile.monitoring.model_dump()},
         )
     )

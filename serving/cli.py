@@ -86,6 +86,21 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return up(_build_args(args), args.host, args.port, args.ray_metrics_port, args.num_cpus)
 
 
+def _cmd_monitoring(args: argparse.Namespace) -> int:
+    from serving.monitoring import files
+
+    if args.action == "write":
+        for path in files.write():
+            print(f"wrote {path}")
+        return 0
+    stale = files.stale()
+    for path in stale:
+        print(f"out of date: {path} (run `dsv4-serve monitoring write`)", file=sys.stderr)
+    if not stale:
+        print(f"rules and dashboard in {files.MONITORING_DIR} match serving/monitoring/")
+    return 1 if stale else 0
+
+
 def _add_profile_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "preset", nargs="?", default="cpu-tiny", help="preset name or a profile YAML path"
@@ -142,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--spec-k", type=int, default=DEFAULT_SPEC_K, help="MTP draft tokens (0: off)"
     )
     serve_vllm.set_defaults(func=_cmd_serve_vllm)
+
+    monitoring = sub.add_parser(
+        "monitoring", help="write or check the Prometheus rules file and Grafana dashboard"
+    )
+    monitoring.add_argument("action", choices=["write", "check"])
+    monitoring.set_defaults(func=_cmd_monitoring)
     return parser
 
 

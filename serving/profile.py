@@ -101,12 +101,25 @@ class Deployment(_Strict):
 
 
 class Monitoring(_Strict):
+    """Alert thresholds for this preset (exported by the gateway, used by the rules)."""
+
     acceptance_baseline: float = Field(
-        0.6, gt=0, le=1, description="expected draft acceptance rate"
+        0.6, gt=0, le=1, description="lowest healthy draft acceptance rate (warning below)"
     )
-    acceptance_floor: float = Field(0.3, gt=0, le=1)
-    ttft_slo_seconds: float = Field(2.0, gt=0)
-    tpot_slo_seconds: float = Field(0.1, gt=0)
+    acceptance_floor: float = Field(
+        0.3, gt=0, le=1, description="acceptance rate that means MTP is broken (page below)"
+    )
+    ttft_slo_seconds: float = Field(2.0, gt=0, description="p90 time to first token target")
+    tpot_slo_seconds: float = Field(0.1, gt=0, description="p90 time per output token target")
+    draft_cost_ratio: float = Field(
+        0.1, gt=0, lt=1, description="cost of one draft step relative to one target step"
+    )
+
+    @model_validator(mode="after")
+    def _floor_below_baseline(self) -> Monitoring:
+        if self.acceptance_floor > self.acceptance_baseline:
+            raise ValueError("acceptance_floor must not exceed acceptance_baseline")
+        return self
 
 
 class Profile(_Strict):

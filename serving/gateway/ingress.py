@@ -7,7 +7,7 @@ from typing import Any
 from prometheus_client import start_http_server
 from ray.serve.llm.ingress import OpenAiIngress
 
-from serving.gateway.metrics import REGISTRY, publish_patch_status
+from serving.gateway.metrics import REGISTRY, publish_patch_status, publish_thresholds
 
 METRICS_PORT_ENV = "DSV4_GATEWAY_METRICS_PORT"
 DEFAULT_METRICS_PORT = 9464
@@ -20,6 +20,7 @@ class Dsv4Ingress(OpenAiIngress):
         *args: Any,
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",
+        thresholds: dict[str, dict[str, float]] | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -29,3 +30,4 @@ class Dsv4Ingress(OpenAiIngress):
         except OSError as exc:  # a second replica on the same node: keep serving, say so
             logger.error("gateway metrics port %s:%s unavailable: %s", metrics_host, port, exc)
         publish_patch_status()
+        publish_thresholds(thresholds or {})

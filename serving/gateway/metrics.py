@@ -57,6 +57,12 @@ PATCHES = Gauge(
     ["patch", "override", "status"],
     registry=REGISTRY,
 )
+THRESHOLDS = Gauge(
+    "dsv4_monitoring_threshold",
+    "Alert thresholds of the served preset (its monitoring block), read by the dsv4 rules",
+    ["model_name", "threshold"],
+    registry=REGISTRY,
+)
 MAX_BODY_FOR_MODEL = 1 << 20  # bytes of request body inspected for the model name
 # Label values come from fixed sets, so clients cannot grow the series count.
 KNOWN_ROUTES = frozenset(
@@ -78,6 +84,13 @@ def publish_patch_status() -> None:
         return
     for status in collect():
         PATCHES.labels(status.name, status.override, status.outcome.value).set(1)
+
+
+def publish_thresholds(thresholds: dict[str, dict[str, float]]) -> None:
+    """``{model_id: {threshold_name: value}}`` from each served preset."""
+    for model, values in thresholds.items():
+        for name, value in values.items():
+            THRESHOLDS.labels(model, name).set(value)
 
 
 def _model_of(body: bytes, served: frozenset[str] | None = None) -> str:

@@ -1,0 +1,1 @@
+"""Monitoring as code: recording rules, alerts and the Grafana dashboard."""

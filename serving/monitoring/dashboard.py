@@ -1,0 +1,340 @@
+"""The Grafana dashboard (schema 11.6 JSON) over the ``dsv4:`` recorded series."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+UID = "dsv4-serve-mtp"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+MODEL = 'namespace=~"$namespace", model_name=~"$model"'
+REPLICA = f'{MODEL}, replica=~"$replica"'
+# DeepSeek-V4 technical report / vLLM recipe: mean acceptance length with MTP.
+PUBLISHED_ACCEPTANCE_LENGTH = {"k=1": (1.8, 1.9), "k=2": (2.3, 2.6)}
+PANEL_WIDTH = 12
+PANEL_HEIGHT = 8
+
+
+@dataclass
+class Panel:
+    title: str
+    description: str
+    queries: list[tuple[str, str]]  # (PromQL, legend)
+    unit: str = "short"
+    kind: str = "timeseries"
+    thresholds: list[tuple[str, float | None]] = field(default_factory=list)
+
+    def to_json(self, panel_id: int, x: int, y: int) -> dict[str, Any]:
+        targets = [
+            {
+                "datasource": DATASOURCE,
+                "expr": expr,
+                "legendFormat": legend,
+                "refId": chr(ord("A") + i),
+                "range": self.kind == "timeseries",
+                "instant": self.kind != "timeseries",
+                "format": "table" if self.kind == "table" else "time_series",
+            }
+            for i, (expr, legend) in enumerate(self.queries)
+        ]
+        steps = [{"color": c, "value": v} for c, v in self.thresholds or [("green", None)]]
+        defaults: dict[str, Any] = {
+            "unit": self.unit,
+            "thresholds": {"mode": "absolute", "steps": steps},
+        }
+        options: dict[str, Any]
+        if self.kind == "timeseries":
+            options = {
+                "legend": {"displayMode": "list", "placement": "bottom", "calcs": []},
+                "tooltip": {"mode": "multi", "sort": "none"},
+            }
+        else:
+            options = {"showHeader": True}
+        return {
+            "type": self.kind,
+            "id": panel_id,
+            "title": self.title,
+            "description": self.description,
+            "datasource": DATASOURCE,
+            "gridPos": {"h": PANEL_HEIGHT, "w": PANEL_WIDTH, "x": x, "y": y},
+            "targets": targets,
+            "fieldConfig": {"defaults": defaults, "overrides": []},
+            "options": options,
+        }
+
+
+def _published_lines() -> list[tuple[str, str]]:
+    lines = []
+    for k, (low, high) in PUBLISHED_ACCEPTANCE_LENGTH.items():
+        lines += [(f"vector({low})", f"published DSV4 {k} low"), (f"vector({high})", f"{k} high")]
+    return lines
+
+
+def _latency_panel(short: str, title: str, slo: str | None) -> Panel:
+    queries = [
+        (f'dsv4:{short}_seconds:quantile5m{{{MODEL}, quantile="{q}"}}', f"{{{{model_name}}}} p{p}")
+        for q, p in (("0.5", "50"), ("0.9", "90"), ("0.99", "99"))
+    ]
+    if slo:
+        queries.append((f"dsv4:threshold:{slo}{{{MODEL}}}", "{{model_name}} SLO (p90)"))
+    return Panel(title, f"{title} quantiles over 5 minutes, from the engines.", queries, unit="s")
+
+
+ROWS: list[tuple[str, list[Panel]]] = [
+    (
+        "MTP speculative decoding",
+        [
+            Panel(
+                "Acceptance rate",
+                "Accepted / drafted tokens, summed over engines, per model and per replica;"
+                " the dashed lines are the preset's baseline (warning) and floor (page).",
+                [
+                    (f"dsv4:spec_decode_acceptance_rate:ratio5m{{{MODEL}}}", "{{model_name}}"),
+                    (
+                        f"dsv4:spec_decode_acceptance_rate:replica_ratio5m{{{REPLICA}}}",
+                        "{{model_name}} {{replica}}",
+                    ),
+                    (f"dsv4:threshold:acceptance_baseline{{{MODEL}}}", "baseline"),
+                    (f"dsv4:threshold:acceptance_floor{{{MODEL}}}", "floor"),
+                ],
+                unit="percentunit",
+            ),
+            Panel(
+                "Acceptance length",
+                "1 + accepted / drafts: tokens produced per target step. Published DeepSeek-V4"
+                " values: k=1 about 1.8-1.9, k=2 about 2.3-2.6.",
+                [
+                    (f"dsv4:spec_decode_acceptance_length:ratio5m{{{MODEL}}}", "{{model_name}}"),
+                    (
+                        f"dsv4:spec_decode_acceptance_length:replica_ratio5m{{{REPLICA}}}",
+                        "{{model_name}} {{replica}}",
+                    ),
+                    (f"dsv4:spec_decode_draft_length:ratio5m{{{MODEL}}}", "draft length (k)"),
+                    *_published_lines(),
+                ],
+            ),
+            Panel(
+                "Acceptance by draft position",
+                "Share of drafts whose token at this position was accepted. Position 0"
+                " collapsing first points at the draft head's input (HC state).",
+                [
+                    (
+                        f"dsv4:spec_decode_position_acceptance_rate:ratio5m{{{MODEL}}}",
+                        "{{model_name}} position {{position}}",
+                    )
+                ],
+                unit="percentunit",
+            ),
+            Panel(
+                "Accepted vs rejected draft tokens/s",
+                "Accepted tokens/s against rejected ones, and the break-even line: below it"
+                " drafting costs more than it saves (draft tokens/s x draft_cost_ratio).",
+                [
+                    (f"dsv4:accepted_tokens:rate5m{{{MODEL}}}", "{{model_name}} accepted"),
+                    (f"dsv4:rejected_tokens:rate5m{{{MODEL}}}", "{{model_name}} rejected"),
+                    (
+                        f"dsv4:spec_decode_breakeven_accepted_tokens:rate5m{{{MODEL}}}",
+                        "{{model_name}} break-even",
+                    ),
+                ],
+                unit="short",
+            ),
+            Panel(
+                "Output tokens from drafts",
+                "Share of output tokens that were accepted draft tokens.",
+                [(f"dsv4:spec_decode_draft_share:ratio5m{{{MODEL}}}", "{{model_name}}")],
+                unit="percentunit",
+            ),
+            Panel(
+                "Output tokens/s",
+                "Generated tokens/s per model and per replica.",
+                [
+                    (f"dsv4:generation_tokens:rate5m{{{MODEL}}}", "{{model_name}}"),
+                    (
+                        f"dsv4:generation_tokens:replica_rate5m{{{REPLICA}}}",
+                        "{{model_name}} {{replica}}",
+                    ),
+                ],
+            ),
+        ],
+    ),
+    (
+        "Latency",
+        [
+            _latency_panel("ttft", "Time to first token", "ttft_slo_seconds"),
+            _latency_panel("tpot", "Time per output token", "tpot_slo_seconds"),
+            _latency_panel("itl", "Inter-token latency", None),
+            _latency_panel("e2e", "End-to-end request latency", None),
+            _latency_panel("queue", "Queue time", None),
+        ],
+    ),
+    (
+        "Load and replicas",
+        [
+            Panel(
+                "Requests running and waiting",
+                "Requests in the engines' batches and in their queues.",
+                [
+                    (f"dsv4:requests_running:sum{{{MODEL}}}", "{{model_name}} running"),
+                    (f"dsv4:requests_waiting:sum{{{MODEL}}}", "{{model_name}} waiting"),
+                    (
+                        f"dsv4:requests_running:replica_sum{{{REPLICA}}}",
+                        "{{replica}} running",
+                    ),
+                ],
+            ),
+            Panel(
+                "Requests/s at the gateway by status class",
+                "What clients see: 2xx, 4xx, 5xx, and requests rejected for overload.",
+                [
+                    (f"dsv4:gateway_requests:rate5m{{{MODEL}}}", "{{model_name}} {{code}}"),
+                    (f"dsv4:gateway_rejected:rate5m{{{MODEL}}}", "{{model_name}} rejected"),
+                ],
+                unit="reqps",
+            ),
+            Panel(
+                "Finished requests/s by reason",
+                "Engine-side completions (stop, length, abort).",
+                [
+                    (
+                        f"dsv4:requests_finished:rate5m{{{MODEL}}}",
+                        "{{model_name}} {{finished_reason}}",
+                    )
+                ],
+                unit="reqps",
+            ),
+            Panel(
+                "KV cache usage per replica",
+                "Highest KV cache usage among a replica's engines.",
+                [(f"dsv4:kv_cache_usage:replica_max{{{REPLICA}}}", "{{replica}}")],
+                unit="percentunit",
+            ),
+            Panel(
+                "Healthy replicas",
+                "Ray Serve replicas passing their health check, per deployment.",
+                [("dsv4:serve_healthy_replicas:sum", "{{application}} {{deployment}}")],
+            ),
+            Panel(
+                "Engines reporting",
+                "vLLM engines exporting metrics per model.",
+                [(f"dsv4:engines:count{{{MODEL}}}", "{{model_name}}")],
+            ),
+        ],
+    ),
+    (
+        "DSV4 overrides",
+        [
+            Panel(
+                "Override patches by status",
+                "What the dsv4 overrides plugin did on the installed vLLM: applied, not"
+                " needed, unrecognised or failed (from the gateway replicas).",
+                [
+                    (
+                        "sum by (patch, override, status)"
+                        ' (dsv4_overrides_patch_info{namespace=~"$namespace"})',
+                        "{{patch}} {{status}}",
+                    )
+                ],
+                kind="table",
+            ),
+            Panel(
+                "Patches not in a good state",
+                "Count of patches whose status is unrecognised or failed; should be 0.",
+                [
+                    (
+                        'count(dsv4_overrides_patch_info{status=~"unrecognised|failed"})'
+                        " or vector(0)",
+                        "patches needing attention",
+                    )
+                ],
+                thresholds=[("green", None), ("red", 1)],
+            ),
+        ],
+    ),
+]
+
+
+def _variable(name: str, label: str, query: str, all_value: str = ".*") -> dict[str, Any]:
+    return {
+        "type": "query",
+        "name": name,
+        "label": label,
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"var-{name}"},
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "allValue": all_value,
+        "current": {"text": "All", "value": "$__all"},
+        "sort": 1,
+    }
+
+
+def _templating() -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "datasource",
+            "name": "datasource",
+            "label": "Prometheus",
+            "query": "prometheus",
+            "current": {},
+        },
+        _variable("namespace", "Namespace", "label_values(dsv4:engines:count, namespace)"),
+        _variable(
+            "model",
+            "Model",
+            'label_values(dsv4:engines:count{namespace=~"$namespace"}, model_name)',
+        ),
+        _variable(
+            "replica",
+            "Replica",
+            f"label_values(dsv4:generation_tokens:replica_rate5m{{{MODEL}}}, replica)",
+        ),
+    ]
+
+
+def dashboard() -> dict[str, Any]:
+    panels: list[dict[str, Any]] = []
+    y = 0
+    next_id = 1
+    for title, row_panels in ROWS:
+        panels.append(
+            {
+                "type": "row",
+                "id": next_id,
+                "title": title,
+                "collapsed": False,
+                "panels": [],
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+            }
+        )
+        next_id += 1
+        y += 1
+        for i, panel in enumerate(row_panels):
+            x = (i % 2) * PANEL_WIDTH
+            panels.append(panel.to_json(next_id, x, y + (i // 2) * PANEL_HEIGHT))
+            next_id += 1
+        y += ((len(row_panels) + 1) // 2) * PANEL_HEIGHT
+    return {
+        "uid": UID,
+        "title": "DSV4 serving: MTP speculative decoding",
+        "description": "Acceptance, latency, load and overrides of dsv4-serve (recorded dsv4:"
+        " series; load the dsv4 rules first)",
+        "tags": ["dsv4", "vllm", "mtp", "ray-serve"],
+        "timezone": "browser",
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "30s",
+        "time": {"from": "now-3h", "to": "now"},
+        "schemaVersion": 41,
+        "version": 1,
+        "panels": panels,
+        "templating": {"list": _templating()},
+        "annotations": {"list": []},
+        "links": [],
+    }
+
+
+def queries(board: dict[str, Any]) -> list[str]:
+    """Every PromQL expression of the dashboard's panels."""
+    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]

@@ -1,0 +1,357 @@
+"""Prometheus recording rules and alerts for DSV4 + MTP, as data.
+
+The rules read vLLM's series in both forms: ``vllm:*`` from vLLM's own server and
+``ray_vllm_*`` through Ray's metrics export. Counters are summed over every engine
+before any division, so ratios stay correct with several engines and replicas.
+Thresholds come from the gateway's ``dsv4_monitoring_threshold`` gauge (the preset's
+``monitoring`` block), with the schema's defaults when no gateway reports one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serving.profile import Monitoring
+
+BY_MODEL = "namespace, model_name"
+BY_REPLICA = "namespace, model_name, replica"
+QUANTILES = ("0.5", "0.9", "0.99")
+SLO_QUANTILE = "0.9"
+# Multi-window SLO burn: (short, long) windows for the page and the ticket.
+FAST_BURN = ("5m", "1h")
+SLOW_BURN = ("30m", "6h")
+LATENCIES = {
+    "ttft": "time_to_first_token_seconds",
+    "itl": "inter_token_latency_seconds",
+    "tpot": "request_time_per_output_token_seconds",
+    "e2e": "e2e_request_latency_seconds",
+    "queue": "request_queue_time_seconds",
+}
+RUNBOOK = "https://github.com/dsv4-serve/dsv4-serve/blob/main/docs/monitoring.md"
+
+
+def vllm(name: str) -> str:
+    """A selector matching vLLM's series under both of its exported names."""
+    return f'{{__name__=~"vllm:{name}|ray_vllm_{name}"}}'
+
+
+def with_replica(expr: str) -> str:
+    # Ray labels each engine series with ReplicaId; vLLM's own server has only instance.
+    by_instance = f'label_replace({expr}, "replica", "$1", "instance", "(.*)")'
+    return f'label_replace({by_instance}, "replica", "$1", "ReplicaId", "(.+)")'
+
+
+def _rate(name: str, window: str = "5m") -> str:
+    return f"rate({vllm(name)}[{window}])"
+
+
+def _sum(by: str, expr: str) -> str:
+    return f"sum by ({by}) ({expr})"
+
+
+def record(name: str, expr: str, **labels: str) -> dict[str, Any]:
+    rule: dict[str, Any] = {"record": name, "expr": expr}
+    if labels:
+        rule["labels"] = labels
+    return rule
+
+
+def _thresholds() -> list[dict[str, Any]]:
+    defaults = Monitoring()
+    rules = []
+    for field in Monitoring.model_fields:
+        exported = f'max by ({BY_MODEL}) (dsv4_monitoring_threshold{{threshold="{field}"}})'
+        default = f"(0 * dsv4:engines:count + {getattr(defaults, field)})"
+        rules.append(record(f"dsv4:threshold:{field}", f"{exported} or on ({BY_MODEL}) {default}"))
+    return rules
+
+
+def _spec_decode() -> list[dict[str, Any]]:
+    counters = {
+        "drafts": "spec_decode_num_drafts_total",
+        "draft_tokens": "spec_decode_num_draft_tokens_total",
+        "accepted_tokens": "spec_decode_num_accepted_tokens_total",
+        "generation_tokens": "generation_tokens_total",
+    }
+    engines = f"count by ({BY_MODEL}) ({vllm('num_requests_running')})"
+    rules = [record("dsv4:engines:count", engines), *_thresholds()]
+    for short, metric in counters.items():
+        rules.append(record(f"dsv4:{short}:rate5m", _sum(BY_MODEL, _rate(metric))))
+        rules.append(
+            record(f"dsv4:{short}:replica_rate5m", _sum(BY_REPLICA, with_replica(_rate(metric))))
+        )
+    rules.append(
+        record(
+            "dsv4:accepted_tokens_per_position:rate5m",
+            _sum(f"{BY_MODEL}, position", _rate("spec_decode_num_accepted_tokens_per_pos_total")),
+        )
+    )
+    rules += [
+        record(
+            "dsv4:spec_decode_acceptance_rate:ratio5m",
+            "dsv4:accepted_tokens:rate5m / dsv4:draft_tokens:rate5m",
+        ),
+        record(
+            "dsv4:spec_decode_acceptance_rate:replica_ratio5m",
+            "dsv4:accepted_tokens:replica_rate5m / dsv4:draft_tokens:replica_rate5m",
+        ),
+        record(
+            "dsv4:spec_decode_acceptance_length:ratio5m",
+            "1 + dsv4:accepted_tokens:rate5m / dsv4:drafts:rate5m",
+        ),
+        record(
+            "dsv4:spec_decode_acceptance_length:replica_ratio5m",
+            "1 + dsv4:accepted_tokens:replica_rate5m / dsv4:drafts:replica_rate5m",
+        ),
+        record(
+            "dsv4:spec_decode_draft_length:ratio5m",
+            "dsv4:draft_tokens:rate5m / dsv4:drafts:rate5m",
+        ),
+        record(
+            "dsv4:spec_decode_position_acceptance_rate:ratio5m",
+            f"dsv4:accepted_tokens_per_position:rate5m / on ({BY_MODEL}) group_left"
+            " dsv4:drafts:rate5m",
+        ),
+        record(
+            "dsv4:rejected_tokens:rate5m",
+            "dsv4:draft_tokens:rate5m - dsv4:accepted_tokens:rate5m",
+        ),
+        record(
+            "dsv4:spec_decode_draft_share:ratio5m",
+            "dsv4:accepted_tokens:rate5m / dsv4:generation_tokens:rate5m",
+        ),
+        # Drafting pays off only while accepted tokens/s beat what the draft steps cost.
+        record(
+            "dsv4:spec_decode_breakeven_accepted_tokens:rate5m",
+            f"dsv4:draft_tokens:rate5m * on ({BY_MODEL}) dsv4:threshold:draft_cost_ratio",
+        ),
+    ]
+    return rules
+
+
+def _quantile(q: str, metric: str, window: str) -> str:
+    buckets = _sum(f"{BY_MODEL}, le", _rate(f"{metric}_bucket", window))
+    return f"histogram_quantile({q}, {buckets})"
+
+
+def _latency() -> list[dict[str, Any]]:
+    rules = []
+    for short, metric in LATENCIES.items():
+        for q in QUANTILES:
+            rules.append(
+                record(f"dsv4:{short}_seconds:quantile5m", _quantile(q, metric, "5m"), quantile=q)
+            )
+    for short in ("ttft", "tpot"):
+        for window in sorted({*FAST_BURN, *SLOW_BURN} - {"5m"}):
+            rules.append(
+                record(
+                    f"dsv4:{short}_seconds:quantile{window}",
+                    _quantile(SLO_QUANTILE, LATENCIES[short], window),
+                    quantile=SLO_QUANTILE,
+                )
+            )
+    return rules
+
+
+def _load() -> list[dict[str, Any]]:
+    gateway = (
+        'label_replace(rate(dsv4_gateway_requests_total[5m]), "model_name", "$1", "model", "(.*)")'
+    )
+    gateway_by_code = f'label_replace({gateway}, "code", "${{1}}xx", "status", "(.)..")'
+    rejected = (
+        'label_replace(rate(dsv4_gateway_rejected_total[5m]), "model_name", "$1", "model", "(.*)")'
+    )
+    return [
+        record("dsv4:requests_running:sum", _sum(BY_MODEL, vllm("num_requests_running"))),
+        record("dsv4:requests_waiting:sum", _sum(BY_MODEL, vllm("num_requests_waiting"))),
+        record(
+            "dsv4:requests_running:replica_sum",
+            _sum(BY_REPLICA, with_replica(vllm("num_requests_running"))),
+        ),
+        record(
+            "dsv4:kv_cache_usage:replica_max",
+            f"max by ({BY_REPLICA}) ({with_replica(vllm('kv_cache_usage_perc'))})",
+        ),
+        record(
+            "dsv4:requests_finished:rate5m",
+            _sum(f"{BY_MODEL}, finished_reason", _rate("request_success_total")),
+        ),
+        record("dsv4:gateway_requests:rate5m", _sum(f"{BY_MODEL}, code", gateway_by_code)),
+        record(
+            "dsv4:gateway_error_ratio:ratio5m",
+            f'sum by ({BY_MODEL}) (dsv4:gateway_requests:rate5m{{code="5xx"}})'
+            f" / sum by ({BY_MODEL}) (dsv4:gateway_requests:rate5m)",
+        ),
+        record("dsv4:gateway_rejected:rate5m", _sum(BY_MODEL, rejected)),
+        record(
+            "dsv4:serve_healthy_replicas:sum",
+            "sum by (namespace, application, deployment) (ray_serve_deployment_replica_healthy)",
+        ),
+    ]
+
+
+def alert(
+    name: str, expr: str, for_: str, severity: str, summary: str, runbook: str
+) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity, "team": "dsv4-serve"},
+        "annotations": {
+            "summary": summary,
+            "description": runbook,
+            "runbook_url": f"{RUNBOOK}#{name.lower()}",
+        },
+    }
+
+
+def _with_traffic(expr: str) -> str:
+    return f"({expr}) and on ({BY_MODEL}) dsv4:draft_tokens:rate5m > 0"
+
+
+def _slo_burn(short: str, label: str) -> list[dict[str, Any]]:
+    def over(window: str) -> str:
+        return (
+            f'dsv4:{short}_seconds:quantile{window}{{quantile="{SLO_QUANTILE}"}}'
+            f" > on ({BY_MODEL}) dsv4:threshold:{short}_slo_seconds"
+        )
+
+    what = f"p90 {label} of {{{{ $labels.model_name }}}} is above its SLO"
+    advice = (
+        f"p90 {label} is above the preset's {short}_slo_seconds over both windows. Check queue"
+        " time and KV cache usage on the dashboard's latency row; add replicas (autoscaling"
+        " max_replicas), lower max_num_seqs, or lower num_speculative_tokens if acceptance is low."
+    )
+    fast = f"{over(FAST_BURN[0])} and {over(FAST_BURN[1])}"
+    slow = f"{over(SLOW_BURN[0])} and {over(SLOW_BURN[1])}"
+    name = short.upper()
+    return [
+        alert(f"DSV4{name}SLOBurnFast", fast, "2m", "critical", f"{what} (5m and 1h)", advice),
+        alert(f"DSV4{name}SLOBurnSlow", slow, "15m", "warning", f"{what} (30m and 6h)", advice),
+    ]
+
+
+def _alerts() -> list[dict[str, Any]]:
+    collapse_advice = (
+        "Draft tokens are being rejected: a broken MTP head or an HC-state bug does not crash,"
+        " it collapses acceptance. Run `python -m model_overrides check --strict` in the image,"
+        " check the overrides row of the dashboard for a patch that is 'unrecognised' or"
+        " 'failed', and compare with the last good image. Mitigate by redeploying with"
+        " speculation.method=none."
+    )
+    return [
+        alert(
+            "DSV4MTPAcceptanceCollapse",
+            _with_traffic(
+                f"dsv4:spec_decode_acceptance_rate:ratio5m < on ({BY_MODEL})"
+                " dsv4:threshold:acceptance_floor"
+            ),
+            "10m",
+            "critical",
+            "MTP acceptance of {{ $labels.model_name }} fell to {{ $value | humanizePercentage }},"
+            " below the preset's floor",
+            collapse_advice,
+        ),
+        alert(
+            "DSV4MTPAcceptanceBelowBaseline",
+            _with_traffic(
+                f"dsv4:spec_decode_acceptance_rate:ratio5m < on ({BY_MODEL})"
+                " dsv4:threshold:acceptance_baseline"
+            ),
+            "30m",
+            "warning",
+            "MTP acceptance of {{ $labels.model_name }} is {{ $value | humanizePercentage }},"
+            " below the preset's baseline",
+            "Acceptance is lower than this preset normally sees. Traffic with a different"
+            " shape (code, other languages, high temperature) lowers it too; compare per"
+            " position and per replica on the dashboard before acting. " + collapse_advice,
+        ),
+        alert(
+            "DSV4MTPPositionZeroCollapse",
+            _with_traffic(
+                f'dsv4:spec_decode_position_acceptance_rate:ratio5m{{position="0"}}'
+                f" < on ({BY_MODEL}) group_left dsv4:threshold:acceptance_floor"
+            ),
+            "10m",
+            "critical",
+            "First draft position of {{ $labels.model_name }} is accepted"
+            " {{ $value | humanizePercentage }} of the time",
+            "Position 0 is the draft head's easiest guess; when it collapses the draft model"
+            " receives wrong hidden states (the HC state contract between the decoder and the"
+            " MTP layer). " + collapse_advice,
+        ),
+        alert(
+            "DSV4SpeculationNotPayingOff",
+            f"dsv4:accepted_tokens:rate5m < on ({BY_MODEL})"
+            " dsv4:spec_decode_breakeven_accepted_tokens:rate5m",
+            "15m",
+            "warning",
+            "Speculation on {{ $labels.model_name }} costs more than it gains",
+            "Accepted draft tokens/s are below draft tokens/s x draft_cost_ratio: the draft"
+            " steps cost more target time than the accepted tokens save, so decoding is slower"
+            " than without speculation. Lower num_speculative_tokens (k) or turn speculation off"
+            " for this traffic; if acceptance also collapsed, see DSV4MTPAcceptanceCollapse.",
+        ),
+        *_slo_burn("ttft", "time to first token"),
+        *_slo_burn("tpot", "time per output token"),
+        alert(
+            "DSV4NoReadyReplicas",
+            "dsv4:serve_healthy_replicas:sum == 0",
+            "5m",
+            "critical",
+            "Ray Serve deployment {{ $labels.deployment }} has no healthy replica",
+            "No replica of this deployment passes its health check, so the API cannot answer."
+            " Check `kubectl describe rayservice` and the Ray dashboard for replica start-up"
+            " errors (out of GPU memory, a model path that does not exist, a failed override).",
+        ),
+        alert(
+            "DSV4EngineDown",
+            f"(dsv4:engines:count offset 15m) unless on ({BY_MODEL}) dsv4:engines:count",
+            "5m",
+            "critical",
+            "No vLLM engine of {{ $labels.model_name }} reports metrics any more",
+            "Engines of this model reported 15 minutes ago and none do now: the engine"
+            " processes died or their metrics endpoint is gone. Check the replica logs for"
+            " an EngineCore crash and the pods for OOMKilled.",
+        ),
+        alert(
+            "DSV4RequestsFailing",
+            "dsv4:gateway_error_ratio:ratio5m > 0.05",
+            "5m",
+            "critical",
+            "{{ $value | humanizePercentage }} of requests to {{ $labels.model_name }} fail"
+            " with 5xx",
+            "More than 5% of API requests end in a server error. Look at the gateway's"
+            " requests-by-code panel and the replica logs; engine crashes show as 500/503.",
+        ),
+        alert(
+            "DSV4RequestsRejected",
+            "dsv4:gateway_rejected:rate5m > 0",
+            "10m",
+            "warning",
+            "Requests to {{ $labels.model_name }} are being rejected for overload",
+            "The bounded queue is full and the gateway answers 429/503. Raise"
+            " autoscaling.max_replicas or deployment.max_queued_requests, or add nodes.",
+        ),
+        alert(
+            "DSV4QueueGrowing",
+            "dsv4:requests_waiting:sum > 0 and deriv(dsv4:requests_waiting:sum[10m]) > 0",
+            "10m",
+            "warning",
+            "The engine queue of {{ $labels.model_name }} keeps growing",
+            "Requests wait for KV cache or batch slots longer each minute. Check KV cache"
+            " usage per replica; scale out before queue time reaches the TTFT SLO.",
+        ),
+    ]
+
+
+def rule_groups() -> dict[str, Any]:
+    """The rules file (Prometheus ``rule_files`` format; the chart wraps it in a PrometheusRule)."""
+    return {
+        "groups": [
+            {"name": "dsv4-speculative-decoding", "rules": _spec_decode()},
+            {"name": "dsv4-latency-load", "rules": [*_latency(), *_load()]},
+            {"name": "dsv4-alerts", "rules": _alerts()},
+        ]
+    }
