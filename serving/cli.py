@@ -86,18 +86,18 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return up(_build_args(args), args.host, args.port, args.ray_metrics_port, args.num_cpus)
 
 
-def _cmd_monitoring(args: argparse.Namespace) -> int:
-    from serving.monitoring import files
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from serving import generated
 
-    if args.action == "write":
-        for path in files.write():
+    if not args.check:
+        for path in generated.write():
             print(f"wrote {path}")
         return 0
-    stale = files.stale()
+    stale = generated.stale()
     for path in stale:
-        print(f"out of date: {path} (run `dsv4-serve monitoring write`)", file=sys.stderr)
+        print(f"out of date: {path} (run `dsv4-serve generate`)", file=sys.stderr)
     if not stale:
-        print(f"rules and dashboard in {files.MONITORING_DIR} match serving/monitoring/")
+        print("generated chart files match serving/")
     return 1 if stale else 0
 
 
@@ -158,11 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve_vllm.set_defaults(func=_cmd_serve_vllm)
 
-    monitoring = sub.add_parser(
-        "monitoring", help="write or check the Prometheus rules file and Grafana dashboard"
+    generate = sub.add_parser(
+        "generate", help="write the chart's generated files (rules, dashboard, presets, schema)"
     )
-    monitoring.add_argument("action", choices=["write", "check"])
-    monitoring.set_defaults(func=_cmd_monitoring)
+    generate.add_argument("--check", action="store_true", help="fail if any is out of date")
+    generate.set_defaults(func=_cmd_generate)
     return parser
 
 

@@ -1,5 +1,6 @@
 """Shared fixtures: the golden checkpoint, written once per test session."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -17,3 +18,11 @@ def golden_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def golden_design() -> GoldenDesign:
     return GoldenDesign()
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """Reference data (CRDs, Grafana schema): ../shared, or $DSV4_SHARED_DIR."""
+    path = Path(os.environ.get("DSV4_SHARED_DIR", ROOT.parent / "shared"))
+    assert (path / "crds").is_dir(), f"reference data not found at {path}; set DSV4_SHARED_DIR"
+    return path

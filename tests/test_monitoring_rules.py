@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.monitoring import files
+from serving import generated
 from serving.monitoring.rules import LATENCIES, QUANTILES, rule_groups
 
 PROMTOOL = shutil.which("promtool")
@@ -49,7 +49,7 @@ def histogram(metric: str, bounds: list[float], hot: float, add) -> list[dict]:
 
 def input_series() -> list[dict]:
     s = []
-    for replica, draft, accepted, drafts, pos0, pos1, generated, kv_usage in [
+    for replica, draft, accepted, drafts, pos0, pos1, output, kv_usage in [
         ("r1", 60, 48, 30, 27, 21, 90, 0.25),
         ("r2", 120, 60, 60, 36, 24, 150, 0.5),
     ]:
@@ -63,7 +63,7 @@ def input_series() -> list[dict]:
             add("spec_decode_num_drafts_total", drafts),
             add("spec_decode_num_accepted_tokens_per_pos_total", pos0, position="0"),
             add("spec_decode_num_accepted_tokens_per_pos_total", pos1, position="1"),
-            add("generation_tokens_total", generated),
+            add("generation_tokens_total", output),
             add("request_success_total", 6, finished_reason="length"),
             {**add("num_requests_running", 0), "values": f"4x{MINUTES}"},
             {**add("num_requests_waiting", 0), "values": f"2x{MINUTES}"},
@@ -324,8 +324,8 @@ def alert_tests() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def rules_file() -> Path:
-    assert not files.stale(), "run `dsv4-serve monitoring write` and commit the result"
-    return files.RULES_FILE
+    assert not generated.stale(), "run `dsv4-serve generate` and commit the result"
+    return generated.RULES_FILE
 
 
 def test_promtool_check_rules(rules_file: Path):

@@ -4,9 +4,7 @@ official openai client: one app for the whole module."""
 import asyncio
 import os
 import signal
-import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import openai
@@ -15,43 +13,17 @@ import pytest
 from serving.golden import GoldenDesign
 from tests.golden_prompts import prompt_of
 from tests.prom_samples import scrape, total
-from tests.server_process import PYTHON, free_port, running_server
+from tests.ray_app import ray_app, ray_pids
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
 KEY = "test-key-0123456789"
 MODEL = "dsv4-golden"
 
 
-def _ray_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server|ray::"], capture_output=True, text=True)
-    return {int(p) for p in out.stdout.split()}
-
-
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory):
-    ports = {"api": free_port(), "ray": free_port(), "gateway": free_port()}
-    cmd = [PYTHON, "-m", "serving.cli", "up", "cpu-tiny", "--port", str(ports["api"])]
-    cmd += [
-        "--ray-metrics-port",
-        str(ports["ray"]),
-        "--gateway-metrics-port",
-        str(ports["gateway"]),
-    ]
-    log = tmp_path_factory.mktemp("serve-app") / "up.log"
-    before = _ray_pids()
-    base = f"http://127.0.0.1:{ports['api']}"
-    env = {"DSV4_API_KEYS": KEY}
-    auth = {"Authorization": f"Bearer {KEY}"}
-    with running_server(
-        cmd, f"{base}/v1/models", log, env, timeout=400, headers=auth, cwd=ROOT
-    ) as proc:
-        # The ingress answers /v1/models before the engine has loaded; `up` says when all is.
-        deadline = time.monotonic() + 400
-        while "[dsv4-serve] ready in" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(1)
-        yield {"proc": proc, "base": base, "ports": ports, "log": log, "ray_before": before}
+    with ray_app(tmp_path_factory.mktemp("serve-app") / "up.log", KEY) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -188,9 +160,9 @@ def test_ctrl_c_stops_everything_without_orphans(app):
     proc.wait(120)
     assert proc.returncode == 0
     deadline = time.monotonic() + 60
-    while _ray_pids() - app["ray_before"]:
+    while ray_pids() - app["ray_before"]:
         assert time.monotonic() < deadline, (
-            f"orphaned Ray processes: {_ray_pids() - app['ray_before']}"
+            f"orphaned Ray processes: {ray_pids() - app['ray_before']}"
         )
         time.sleep(2)
     assert "[dsv4-serve] stopped" in app["log"].read_text()

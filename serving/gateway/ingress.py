@@ -7,7 +7,7 @@ from typing import Any
 from prometheus_client import start_http_server
 from ray.serve.llm.ingress import OpenAiIngress
 
-from serving.gateway.metrics import REGISTRY, publish_patch_status, publish_thresholds
+from serving.gateway.metrics import REGISTRY, publish_patch_status, publish_served_models
 
 METRICS_PORT_ENV = "DSV4_GATEWAY_METRICS_PORT"
 DEFAULT_METRICS_PORT = 9464
@@ -30,4 +30,4 @@ class Dsv4Ingress(OpenAiIngress):
         except OSError as exc:  # a second replica on the same node: keep serving, say so
             logger.error("gateway metrics port %s:%s unavailable: %s", metrics_host, port, exc)
         publish_patch_status()
-        publish_thresholds(thresholds or {})
+        publish_served_models(thresholds or {})

@@ -86,11 +86,18 @@ def publish_patch_status() -> None:
         PATCHES.labels(status.name, status.override, status.outcome.value).set(1)
 
 
-def publish_thresholds(thresholds: dict[str, dict[str, float]]) -> None:
-    """``{model_id: {threshold_name: value}}`` from each served preset."""
+def publish_served_models(thresholds: dict[str, dict[str, float]]) -> None:
+    """``{model_id: {threshold_name: value}}`` from each served preset.
+
+    Also creates the rejection series at 0, so that rates over them exist before the
+    first overload instead of appearing with it.
+    """
     for model, values in thresholds.items():
         for name, value in values.items():
             THRESHOLDS.labels(model, name).set(value)
+        for route in ("/v1/completions", "/v1/chat/completions"):
+            for status in ("429", "503"):
+                REJECTED.labels(route, model, status)
 
 
 def _model_of(body: bytes, served: frozenset[str] | None = None) -> str:

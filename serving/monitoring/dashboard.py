@@ -22,7 +22,7 @@ class Panel:
     queries: list[tuple[str, str]]  # (PromQL, legend)
     unit: str = "short"
     kind: str = "timeseries"
-    thresholds: list[tuple[str, float | None]] = field(default_factory=list)
+    thresholds: list[tuple[str, float]] = field(default_factory=list)
 
     def to_json(self, panel_id: int, x: int, y: int) -> dict[str, Any]:
         targets = [
@@ -37,7 +37,7 @@ class Panel:
             }
             for i, (expr, legend) in enumerate(self.queries)
         ]
-        steps = [{"color": c, "value": v} for c, v in self.thresholds or [("green", None)]]
+        steps = [{"color": c, "value": v} for c, v in self.thresholds or [("green", 0)]]
         defaults: dict[str, Any] = {
             "unit": self.unit,
             "thresholds": {"mode": "absolute", "steps": steps},
@@ -45,7 +45,12 @@ class Panel:
         options: dict[str, Any]
         if self.kind == "timeseries":
             options = {
-                "legend": {"displayMode": "list", "placement": "bottom", "calcs": []},
+                "legend": {
+                    "displayMode": "list",
+                    "placement": "bottom",
+                    "calcs": [],
+                    "showLegend": True,
+                },
                 "tooltip": {"mode": "multi", "sort": "none"},
             }
         else:
@@ -87,7 +92,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
             Panel(
                 "Acceptance rate",
                 "Accepted / drafted tokens, summed over engines, per model and per replica;"
-                " the dashed lines are the preset's baseline (warning) and floor (page).",
+                " baseline (warning) and floor (page) are the preset's thresholds.",
                 [
                     (f"dsv4:spec_decode_acceptance_rate:ratio5m{{{MODEL}}}", "{{model_name}}"),
                     (
@@ -247,7 +252,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
                         "patches needing attention",
                     )
                 ],
-                thresholds=[("green", None), ("red", 1)],
+                thresholds=[("green", 0), ("red", 1)],
             ),
         ],
     ),
@@ -260,7 +265,7 @@ def _variable(name: str, label: str, query: str, all_value: str = ".*") -> dict[
         "name": name,
         "label": label,
         "datasource": DATASOURCE,
-        "query": {"query": query, "refId": f"var-{name}"},
+        "query": query,
         "refresh": 2,
         "includeAll": True,
         "multi": True,
@@ -277,7 +282,6 @@ def _templating() -> list[dict[str, Any]]:
             "name": "datasource",
             "label": "Prometheus",
             "query": "prometheus",
-            "current": {},
         },
         _variable("namespace", "Namespace", "label_values(dsv4:engines:count, namespace)"),
         _variable(

@@ -27,6 +27,11 @@ LATENCIES = {
     "e2e": "e2e_request_latency_seconds",
     "queue": "request_queue_time_seconds",
 }
+ENGINE_PRESENCE = "|".join(
+    f"{prefix}{name}"
+    for prefix in ("vllm:", "ray_vllm_")
+    for name in ("num_requests_running", "generation_tokens_total")
+)
 RUNBOOK = "https://github.com/dsv4-serve/dsv4-serve/blob/main/docs/monitoring.md"
 
 
@@ -73,7 +78,11 @@ def _spec_decode() -> list[dict[str, Any]]:
         "accepted_tokens": "spec_decode_num_accepted_tokens_total",
         "generation_tokens": "generation_tokens_total",
     }
-    engines = f"count by ({BY_MODEL}) ({vllm('num_requests_running')})"
+    # Through Ray an idle engine's gauges expire while its counters stay: an engine is
+    # any (instance, replica, engine) with either.
+    either = f'{{__name__=~"{ENGINE_PRESENCE}"}}'
+    engine_ids = f"group by ({BY_MODEL}, instance, ReplicaId, engine) ({either})"
+    engines = f"count by ({BY_MODEL}) ({engine_ids})"
     rules = [record("dsv4:engines:count", engines), *_thresholds()]
     for short, metric in counters.items():
         rules.append(record(f"dsv4:{short}:rate5m", _sum(BY_MODEL, _rate(metric))))

@@ -1,0 +1,39 @@
+"""Start `dsv4-serve up` (the Ray Serve app) as a child process and wait until the
+engine is ready (test helper)."""
+
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.server_process import PYTHON, free_port, running_server
+
+ROOT = Path(__file__).resolve().parent.parent
+READY_LINE = "[dsv4-serve] ready in"
+
+
+def ray_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server|ray::"], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
+@contextmanager
+def ray_app(
+    log: Path, key: str, preset: str = "cpu-tiny", extra: list[str] | None = None
+) -> Iterator[dict]:
+    ports = {"api": free_port(), "ray": free_port(), "gateway": free_port()}
+    cmd = [PYTHON, "-m", "serving.cli", "up", preset, "--port", str(ports["api"])]
+    cmd += ["--ray-metrics-port", str(ports["ray"])]
+    cmd += ["--gateway-metrics-port", str(ports["gateway"]), *(extra or [])]
+    before = ray_pids()
+    base = f"http://127.0.0.1:{ports['api']}"
+    auth = {"Authorization": f"Bearer {key}"}
+    env = {"DSV4_API_KEYS": key}
+    with running_server(cmd, f"{base}/v1/models", log, env, 400, auth, ROOT) as proc:
+        # The ingress answers /v1/models before the engine has loaded; `up` says when all is.
+        deadline = time.monotonic() + 400
+        while READY_LINE not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        yield {"proc": proc, "base": base, "ports": ports, "log": log, "ray_before": before}
