@@ -101,6 +101,16 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 1 if stale else 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from serving.bench.command import BenchError, run
+
+    try:
+        return run(args)
+    except BenchError as exc:
+        print(f"dsv4-serve bench: {exc}", file=sys.stderr)
+        return 2
+
+
 def _add_profile_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "preset", nargs="?", default="cpu-tiny", help="preset name or a profile YAML path"
@@ -157,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--spec-k", type=int, default=DEFAULT_SPEC_K, help="MTP draft tokens (0: off)"
     )
     serve_vllm.set_defaults(func=_cmd_serve_vllm)
+
+    from serving.bench.arguments import add_arguments as add_bench_arguments
+
+    bench = sub.add_parser(
+        "bench", help="streamed load against OpenAI endpoints: latency, tok/s, MTP acceptance"
+    )
+    add_bench_arguments(bench)
+    bench.set_defaults(func=_cmd_bench)
 
     generate = sub.add_parser(
         "generate", help="write the chart's generated files (rules, dashboard, presets, schema)"

@@ -236,6 +236,7 @@ EDGE_VALUES = {
         "monitoring": {"dashboard": {"enabled": False}},
     },
     "fixed-replicas": {"workers": {"minReplicas": 2, "maxReplicas": 2}},
+    "bench-job": {"bench": {"enabled": True, "concurrency": [1, 4], "requests": 8}},
 }
 
 
@@ -272,6 +273,20 @@ def test_edge_values_render_valid_objects(case: str, tmp_path: Path, crds):
     if case == "no-optional-objects":
         assert not {"NetworkPolicy", "PodDisruptionBudget", "ServiceAccount"} & set(kinds)
         assert worker["serviceAccountName"] == "default"
+    if case == "bench-job":
+        (job,) = by_kind(objects, "Job")
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == ["dsv4-serve", "bench"]
+        args = container["args"]
+        assert (
+            args[1] == "dsv4=http://rel-dsv4-serve-api:8000/v1,model=deepseek-ai/DeepSeek-V4-Flash"
+        )
+        assert args[args.index("--concurrency") + 1 : args.index("--requests")] == ["1", "4"]
+        # The same arguments parse with the real bench CLI.
+        from serving.cli import build_parser
+
+        parsed = build_parser().parse_args(container["command"][1:] + args)
+        assert parsed.concurrency == [1, 4] and parsed.requests == 8
     if case == "fixed-replicas":
         assert spec["enableInTreeAutoscaling"] is False
         assert spec["workerGroupSpecs"][0]["replicas"] == 2

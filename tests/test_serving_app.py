@@ -2,8 +2,10 @@
 official openai client: one app for the whole module."""
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
 import time
 
 import httpx
@@ -14,6 +16,7 @@ from serving.golden import GoldenDesign
 from tests.golden_prompts import prompt_of
 from tests.prom_samples import scrape, total
 from tests.ray_app import ray_app, ray_pids
+from tests.server_process import PYTHON
 
 pytestmark = pytest.mark.slow
 KEY = "test-key-0123456789"
@@ -151,6 +154,34 @@ def test_engine_and_gateway_metrics_advance(app, client, golden_design: GoldenDe
         total(after_gw, "dsv4_overrides_patch_info", patch="dsv4-cpu-mtp-draft", status="applied")
         == 1
     )
+
+
+def test_bench_smoke_run_writes_a_complete_report(app, tmp_path):
+    ray_metrics = f"http://127.0.0.1:{app['ports']['ray']}/metrics"
+    out_dir = tmp_path / "bench"
+    cmd = [
+        PYTHON,
+        "-m",
+        "serving.cli",
+        "bench",
+        "--target",
+        f"app={app['base']},metrics={ray_metrics}",
+    ]
+    cmd += ["--concurrency", "1", "2", "--requests", "3", "--rounds", "1", "--max-tokens", "12"]
+    cmd += ["--out", str(out_dir)]
+    run = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "DSV4_API_KEY": KEY}
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "[bench] c=2 round 1/1 app" in run.stderr  # progress lines
+    report = json.loads((out_dir / "bench.json").read_text())
+    assert sorted(e["concurrency"] for e in report["levels"]) == [1, 2]
+    for level in report["levels"]:
+        assert level["failed"] == 0 and level["output_tokens"] == 3 * 12
+        assert level["ttft_s"]["p50"] is not None and level["tpot_s"]["p90"] is not None
+        assert level["spec_decode"]["acceptance_length"] is not None
+    for name in ("bench.md", "throughput.png", "latency.png", "acceptance.png"):
+        assert (out_dir / name).stat().st_size > 0
 
 
 def test_ctrl_c_stops_everything_without_orphans(app):

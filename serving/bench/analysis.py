@@ -1,0 +1,70 @@
+"""The figures the docs quote, derived from a bench report: MTP speedup against the
+bound implied by the measured draft/target cost, serving overhead, cold start."""
+
+from __future__ import annotations
+
+
+def level(report: dict, target: str, concurrency: int) -> dict | None:
+    for entry in report["levels"]:
+        if entry["target"] == target and entry["concurrency"] == concurrency:
+            return entry
+    return None
+
+
+def draft_cost_ratio(step_seconds: dict[int, float]) -> float | None:
+    """Least-squares slope of ``s_k = s_0 + k * t_draft`` over the measured k (k = 0
+    included), divided by the plain decode step ``s_0``. ``step_seconds``: k -> seconds
+    per target step. Like the bound, it counts verifying k + 1 tokens as one decode step."""
+    ks = sorted(step_seconds)
+    if 0 not in step_seconds or len(ks) < 2:
+        return None
+    mean_k = sum(ks) / len(ks)
+    mean_s = sum(step_seconds[k] for k in ks) / len(ks)
+    slope = sum((k - mean_k) * (step_seconds[k] - mean_s) for k in ks) / sum(
+        (k - mean_k) ** 2 for k in ks
+    )
+    return slope / step_seconds[0]
+
+
+def speedup_bound(acceptance_length: float, k: int, cost_ratio: float) -> float:
+    """Tokens per step over the step's cost in plain decode steps."""
+    return acceptance_length / (1 + k * cost_ratio)
+
+
+def mtp_speedup(report: dict, concurrency: int, ks: list[int], cost: float | None = None) -> dict:
+    """k-sweep targets named ``vllm-k{k}`` at one concurrency; the draft cost is fitted
+    here unless given (fit it at concurrency 1, where a step is one request's)."""
+    base = level(report, "vllm-k0", concurrency)
+    steps: dict[int, float] = {}
+    lengths: dict[int, float] = {}
+    for k in [0, *ks]:
+        entry = level(report, f"vllm-k{k}", concurrency)
+        if not entry or entry["tpot_s"]["p50"] is None:
+            continue
+        spec = entry.get("spec_decode") or {}
+        lengths[k] = spec.get("acceptance_length") or 1.0
+        steps[k] = entry["tpot_s"]["p50"] * lengths[k]  # seconds per target step
+    cost = cost if cost is not None else draft_cost_ratio(steps)
+    out: dict = {"concurrency": concurrency, "draft_cost_ratio": cost, "by_k": {}}
+    for k in ks:
+        entry = level(report, f"vllm-k{k}", concurrency)
+        if not base or not entry or not base["output_tokens_per_s"]:
+            continue
+        out["by_k"][k] = {
+            "tokens_per_s": entry["output_tokens_per_s"],
+            "speedup": entry["output_tokens_per_s"] / base["output_tokens_per_s"],
+            "acceptance_length": lengths.get(k),
+            "bound": speedup_bound(lengths[k], k, cost) if cost and k in lengths else None,
+        }
+    return out
+
+
+def serving_overhead(report: dict, app: str, baseline: str, concurrency: int) -> dict | None:
+    a, b = level(report, app, concurrency), level(report, baseline, concurrency)
+    if not a or not b or not b["output_tokens_per_s"]:
+        return None
+    return {
+        "concurrency": concurrency,
+        "throughput_ratio": a["output_tokens_per_s"] / b["output_tokens_per_s"],
+        "added_p50_ttft_s": (a["ttft_s"]["p50"] or 0) - (b["ttft_s"]["p50"] or 0),
+    }

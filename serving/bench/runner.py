@@ -1,0 +1,110 @@
+"""Interleaved comparison: every concurrency level, every round, every target in a
+rotating order, so slow drifts of a shared machine hit all targets alike."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+
+from serving.bench.load import Target, run_level, scrape, settled_scrape
+from serving.bench.stats import RequestRecord, spec_decode_delta, summarize
+
+RAY_EXPORT_PERIOD_S = 12.0
+
+
+@dataclass
+class BenchPlan:
+    concurrency: list[int]
+    requests_per_level: int
+    rounds: int
+    max_tokens: int
+    prompts: list[str]
+    chat: bool = False
+    warmup_requests: int = 2
+
+
+@dataclass
+class _Cell:
+    records: list[RequestRecord] = field(default_factory=list)
+    wall: float = 0.0
+    spec: list[dict] = field(default_factory=list)
+
+
+def _progress(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _merge_spec(deltas: list[dict]) -> dict | None:
+    if not deltas:
+        return None
+    drafts = sum(d["drafts"] for d in deltas)
+    draft_tokens = sum(d["draft_tokens"] for d in deltas)
+    accepted = sum(d["accepted_tokens"] for d in deltas)
+    positions = sorted({p for d in deltas for p in d["acceptance_by_position"]}, key=int)
+    by_position = {
+        p: sum((d["acceptance_by_position"].get(p) or 0) * d["drafts"] for d in deltas) / drafts
+        for p in positions
+    }
+    return {
+        "drafts": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        "acceptance_length": 1 + accepted / drafts if drafts else None,
+        "acceptance_by_position": by_position if drafts else {},
+    }
+
+
+def run_bench(targets: list[Target], plan: BenchPlan, progress=_progress) -> dict:
+    for target in targets:
+        progress(f"warm-up {target.name}")
+        asyncio.run(run_level(target, plan.prompts[: plan.warmup_requests], 1, 8, plan.chat))
+    cells: dict[tuple[str, int], _Cell] = {}
+    started = time.monotonic()
+    for concurrency in plan.concurrency:
+        for round_ in range(plan.rounds):
+            order = targets[round_ % len(targets) :] + targets[: round_ % len(targets)]
+            for target in order:
+                prompts = [
+                    plan.prompts[(round_ * plan.requests_per_level + i) % len(plan.prompts)]
+                    for i in range(plan.requests_per_level)
+                ]
+                before = scrape(target.metrics_url) if target.metrics_url else None
+                records, wall = asyncio.run(
+                    run_level(target, prompts, concurrency, plan.max_tokens, plan.chat)
+                )
+                cell = cells.setdefault((target.name, concurrency), _Cell())
+                cell.records += records
+                cell.wall += wall
+                tokens = sum(r.output_tokens for r in records if r.ok)
+                failed = sum(not r.ok for r in records)
+                progress(
+                    f"c={concurrency} round {round_ + 1}/{plan.rounds} {target.name}: "
+                    f"{tokens / wall:.1f} tok/s, {failed} failed "
+                    f"({time.monotonic() - started:.0f} s)"
+                )
+                if before is not None:
+                    after = settled_scrape(
+                        target.metrics_url, before, period=2.0, timeout=3 * RAY_EXPORT_PERIOD_S
+                    )
+                    delta = spec_decode_delta(before, after, model=target.model)
+                    if delta["drafts"]:
+                        cell.spec.append(delta)
+    levels = []
+    for (name, concurrency), cell in cells.items():
+        summary = summarize(cell.records, cell.wall)
+        summary.update(target=name, concurrency=concurrency, spec_decode=_merge_spec(cell.spec))
+        levels.append(summary)
+    return {
+        "plan": {
+            "concurrency": plan.concurrency,
+            "requests_per_level": plan.requests_per_level,
+            "rounds": plan.rounds,
+            "max_tokens": plan.max_tokens,
+            "chat": plan.chat,
+        },
+        "targets": [t.name for t in targets],
+        "levels": levels,
+    }

@@ -1,0 +1,152 @@
+"""The bench's statistics on known inputs: percentiles, rates, metric deltas, the
+draft-cost fit, and target parsing."""
+
+import pytest
+
+from serving.bench.analysis import draft_cost_ratio, mtp_speedup, serving_overhead, speedup_bound
+from serving.bench.command import BenchError, parse_target
+from serving.bench.runner import _merge_spec
+from serving.bench.stats import RequestRecord, percentile, spec_decode_delta, summarize
+
+
+def test_percentile_interpolates_between_ranks():
+    values = [4.0, 1.0, 3.0, 2.0]  # sorted 1 2 3 4
+    assert percentile(values, 50) == pytest.approx(2.5)
+    assert percentile(values, 0) == 1.0 and percentile(values, 100) == 4.0
+    assert percentile(values, 90) == pytest.approx(3.7)
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([], 50) is None
+
+
+def test_record_latencies():
+    r = RequestRecord(start=10.0, first_token=10.5, end=12.5, output_tokens=5)
+    r.chunk_times = [10.5, 11.0, 12.0, 12.5]
+    assert r.ttft == 0.5 and r.e2e == 2.5
+    assert r.tpot == pytest.approx(0.5)  # 2 s for the 4 tokens after the first
+    assert r.inter_chunk_gaps == [0.5, 1.0, 0.5]
+    assert RequestRecord(start=0, first_token=1, end=2, output_tokens=1).tpot is None
+
+
+def test_summarize_rates_and_failures():
+    ok = [RequestRecord(start=0, first_token=0.1 * i, end=1.0, output_tokens=10) for i in (1, 2)]
+    for r in ok:
+        r.chunk_times = [r.first_token, 1.0]
+    bad = RequestRecord(start=0, error="APIStatusError 503")
+    out = summarize([*ok, bad], wall_seconds=2.0)
+    assert out["requests"] == 3 and out["failed"] == 1 and out["errors"] == ["APIStatusError 503"]
+    assert out["output_tokens"] == 20 and out["output_tokens_per_s"] == 10.0
+    assert out["requests_per_s"] == 1.0
+    assert out["ttft_s"]["p50"] == pytest.approx(0.15)
+    assert out["e2e_s"]["p99"] == 1.0
+
+
+def _samples(prefix: str, drafts, draft_tokens, accepted, pos0, pos1, model="m", engine="0"):
+    labels = (("engine", engine), ("model_name", model))
+    return {
+        (f"{prefix}spec_decode_num_drafts_total", labels): drafts,
+        (f"{prefix}spec_decode_num_draft_tokens_total", labels): draft_tokens,
+        (f"{prefix}spec_decode_num_accepted_tokens_total", labels): accepted,
+        (
+            f"{prefix}spec_decode_num_accepted_tokens_per_pos_total",
+            (*labels, ("position", "0")),
+        ): pos0,
+        (
+            f"{prefix}spec_decode_num_accepted_tokens_per_pos_total",
+            (*labels, ("position", "1")),
+        ): pos1,
+    }
+
+
+@pytest.mark.parametrize("prefix", ["vllm:", "ray_vllm_"])
+def test_spec_decode_delta_sums_engines_in_both_name_forms(prefix: str):
+    before = {**_samples(prefix, 10, 20, 15, 9, 6), **_samples(prefix, 0, 0, 0, 0, 0, engine="1")}
+    after = {
+        **_samples(prefix, 20, 40, 30, 18, 12),  # +10 drafts, +20 tokens, +15 accepted
+        **_samples(prefix, 30, 60, 30, 20, 10, engine="1"),  # +30, +60, +30
+        **_samples(prefix, 99, 99, 99, 99, 99, model="other"),
+    }
+    delta = spec_decode_delta(before, after, model="m")
+    assert delta["drafts"] == 40 and delta["draft_tokens"] == 80 and delta["accepted_tokens"] == 45
+    assert delta["acceptance_rate"] == pytest.approx(45 / 80)
+    assert delta["acceptance_length"] == pytest.approx(1 + 45 / 40)
+    assert delta["acceptance_by_position"] == {
+        "0": pytest.approx(29 / 40),
+        "1": pytest.approx(16 / 40),
+    }
+
+
+def test_no_speculation_gives_no_acceptance():
+    delta = spec_decode_delta({}, {})
+    assert delta["acceptance_rate"] is None and delta["acceptance_by_position"] == {}
+
+
+def test_merge_spec_weights_by_drafts():
+    a = {
+        "drafts": 10,
+        "draft_tokens": 20,
+        "accepted_tokens": 20,
+        "acceptance_by_position": {"0": 1.0},
+    }
+    b = {
+        "drafts": 30,
+        "draft_tokens": 60,
+        "accepted_tokens": 30,
+        "acceptance_by_position": {"0": 0.5},
+    }
+    merged = _merge_spec([a, b])
+    assert merged["acceptance_rate"] == pytest.approx(50 / 80)
+    assert merged["acceptance_by_position"]["0"] == pytest.approx((10 + 15) / 40)
+    assert _merge_spec([]) is None
+
+
+def test_draft_cost_fit_recovers_a_known_cost():
+    s0, draft = 0.015, 0.003
+    steps = {0: s0, **{k: s0 + k * draft for k in (1, 2, 3)}}
+    assert draft_cost_ratio(steps) == pytest.approx(draft / s0)
+    assert draft_cost_ratio({0: s0, 2: s0 + 2 * draft}) == pytest.approx(0.2)  # k=0 and 2
+    assert draft_cost_ratio({2: 0.02, 3: 0.025}) is None  # needs the plain step
+    assert speedup_bound(3.0, 2, 0.2) == pytest.approx(3.0 / 1.4)
+
+
+def _level(target, c, tok_s, tpot, ttft, length=None):
+    return {
+        "target": target,
+        "concurrency": c,
+        "output_tokens_per_s": tok_s,
+        "tpot_s": {"p50": tpot},
+        "ttft_s": {"p50": ttft},
+        "spec_decode": {"acceptance_length": length} if length else None,
+    }
+
+
+def test_mtp_speedup_and_serving_overhead_from_a_report():
+    # Step time 15 ms at k=0; s_k = 15 ms + 3 ms * k; full acceptance (length k + 1).
+    report = {
+        "levels": [
+            _level("vllm-k0", 1, 66.7, 0.015, 0.05),
+            *[
+                _level(f"vllm-k{k}", 1, 100.0 * k, (0.015 + 0.003 * k) / (k + 1), 0.05, k + 1)
+                for k in (1, 2, 3)
+            ],
+            _level("ray-app", 1, 50.0, 0.02, 0.65),
+        ]
+    }
+    out = mtp_speedup(report, 1, [1, 2, 3])
+    assert out["draft_cost_ratio"] == pytest.approx(0.2)
+    assert out["by_k"][2]["speedup"] == pytest.approx(200.0 / 66.7)
+    assert out["by_k"][2]["bound"] == pytest.approx(3 / 1.4)
+    over = serving_overhead(report, "ray-app", "vllm-k2", 1)
+    assert over["throughput_ratio"] == pytest.approx(0.25)
+    assert over["added_p50_ttft_s"] == pytest.approx(0.6)
+
+
+def test_parse_target():
+    t = parse_target("app=http://127.0.0.1:8000,metrics=http://127.0.0.1:8089/metrics", "k")
+    assert t.base_url == "http://127.0.0.1:8000/v1" and t.metrics_url.endswith("/metrics")
+    assert t.api_key == "k" and t.model == "dsv4-golden"
+    assert parse_target("x=https://h/v1,model=deepseek-ai/DeepSeek-V4-Flash", "k").model.endswith(
+        "Flash"
+    )
+    for bad in ["noequals", "x=ftp://h", "x=http://h,colour=red", "=http://h"]:
+        with pytest.raises(BenchError):
+            parse_target(bad, "k")
