@@ -48,10 +48,14 @@ def build(args: dict[str, Any]) -> Any:
     from ray.llm._internal.serve.core.ingress.ingress import init as ray_llm_fastapi_app
     from ray.serve.llm import LLMConfig, build_llm_deployment
     from ray.serve.llm.ingress import make_fastapi_ingress
+    from starlette.exceptions import HTTPException
 
     from serving.gateway.auth import ApiKeyAuth
+    from serving.gateway.errors import http_exception_as_openai
     from serving.gateway.ingress import Dsv4Ingress
     from serving.gateway.metrics import GatewayMetrics
+    from serving.gateway.overload import RetryAfter
+    from serving.gateway.request_guard import RequestGuard
     from serving.llm_config import llm_config, resolve_model_source
 
     parsed, profile = resolve(args)
@@ -62,6 +66,9 @@ def build(args: dict[str, Any]) -> Any:
     # Ray Serve LLM's FastAPI app (its error handling, request ids, metrics), with the
     # gateway outside it: metrics see every request, auth runs before routing.
     app = ray_llm_fastapi_app()
+    app.add_exception_handler(HTTPException, http_exception_as_openai)
+    app.add_middleware(RetryAfter)
+    app.add_middleware(RequestGuard)
     app.add_middleware(ApiKeyAuth)
     app.add_middleware(GatewayMetrics, models=[config.model_id])
     ingress_cls = make_fastapi_ingress(Dsv4Ingress, app=app)

@@ -54,6 +54,31 @@ def _progress(started: float, done: threading.Event) -> None:
             last = line
 
 
+DRAIN_SECONDS = 60  # as long as the engine replica's graceful_shutdown_timeout_s
+
+
+def _in_flight(gateway_metrics_url: str) -> float:
+    from serving.bench.load import scrape
+
+    samples = scrape(gateway_metrics_url)
+    return sum(v for (name, _), v in samples.items() if name == "dsv4_gateway_requests_in_flight")
+
+
+def _drain(gateway_metrics_url: str, deadline_s: float = DRAIN_SECONDS) -> None:
+    """Wait for requests already in flight to finish before tearing Serve down."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            pending = _in_flight(gateway_metrics_url)
+        except Exception:  # the gateway is gone already: nothing left to wait for
+            return
+        if pending <= 0:
+            return
+        _say(f"draining {pending:.0f} in-flight request(s) ...")
+        time.sleep(1)
+    _say(f"drain deadline ({deadline_s:.0f}s) passed; stopping anyway")
+
+
 def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: int | None) -> int:
     _, profile = resolve(args)
     keys = KeySource()
@@ -125,6 +150,8 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
             time.sleep(3600)
     except KeyboardInterrupt:
         _say("shutting down ...")
+        if done.is_set() and not failure:
+            _drain(f"http://127.0.0.1:{gateway_port}/metrics")
         return 0
     finally:
         done.set()

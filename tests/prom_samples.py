@@ -1,17 +1,9 @@
 """Read a Prometheus /metrics page into samples and add them up (test helper)."""
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from serving.bench.load import scrape
+from serving.bench.stats import Samples
 
-Samples = dict[tuple[str, tuple], float]
-
-
-def scrape(url: str) -> Samples:
-    out: Samples = {}
-    for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
+__all__ = ["scrape", "total"]
 
 
 def total(samples: Samples, name: str, **match: str) -> float:

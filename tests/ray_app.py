@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.server_process import PYTHON, free_port, running_server
+from serving.processes import free_port
+from tests.server_process import PYTHON, running_server
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_LINE = "[dsv4-serve] ready in"

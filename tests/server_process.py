@@ -1,8 +1,6 @@
 """Run a server as a child process on 127.0.0.1 and wait until it answers."""
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,11 +10,7 @@ from pathlib import Path
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from serving.processes import stop_group
 
 
 def answers(url: str, headers: dict[str, str] | None = None) -> bool:
@@ -63,17 +57,6 @@ def running_server(
             yield proc
         finally:
             stop_group(proc)
-
-
-def stop_group(proc: subprocess.Popen, grace: float = 30) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 PYTHON = sys.executable

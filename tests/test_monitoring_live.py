@@ -18,10 +18,11 @@ from serving import generated
 from serving.golden import GoldenDesign, write_golden_model
 from serving.golden_engine import DEFAULT_SPEC_K, golden_engine_kwargs, mtp_config, to_cli_args
 from serving.monitoring.dashboard import dashboard, queries
+from serving.processes import free_port
 from tests.golden_prompts import engine_env, prompt_of
 from tests.prom_samples import scrape, total
 from tests.ray_app import ray_app
-from tests.server_process import PYTHON, free_port, running_server
+from tests.server_process import PYTHON, running_server
 
 pytestmark = pytest.mark.slow
 PROMETHEUS = shutil.which("prometheus")

@@ -14,9 +14,10 @@ from serving.golden_engine import (
     mtp_config,
     to_cli_args,
 )
+from serving.processes import free_port
 from tests.golden_prompts import engine_env, prompt_of
 from tests.prom_samples import scrape, total
-from tests.server_process import PYTHON, free_port, running_server
+from tests.server_process import PYTHON, running_server
 
 pytestmark = pytest.mark.slow
 

@@ -14,6 +14,7 @@ from serving.bench.load import Target
 from serving.bench.prompts import synthetic_prompts
 from serving.bench.runner import BenchPlan, run_bench
 from serving.golden_engine import SERVED_MODEL_NAME
+from serving.processes import stop_group
 
 
 class BenchError(ValueError):
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="dsv4-bench-") as logs:
         for kind in args.local:  # one at a time, so each start is timed alone
             server = local.start(kind, Path(logs), _progress)
-            stack.callback(local.stop, server.proc)
+            stack.callback(stop_group, server.proc, 60)
             targets.append(server.target)
             ready[kind] = server.ready_seconds
         result = run_bench(targets, plan, _progress)

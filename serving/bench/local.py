@@ -3,9 +3,6 @@ app (`dsv4-serve up`). Each is started alone and timed until it answers."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +13,7 @@ import httpx
 
 from serving.bench.load import Target
 from serving.golden_engine import DEFAULT_MODEL_DIR, SERVED_MODEL_NAME
+from serving.processes import free_port, stop_group
 
 READY_TIMEOUT_S = 900
 
@@ -27,12 +25,6 @@ class LocalServer:
     ready_seconds: float
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _command(kind: str, port: int) -> tuple[list[str], str | None]:
     cli = [sys.executable, "-m", "serving.cli"]
     if kind.startswith("vllm-k"):
@@ -40,7 +32,7 @@ def _command(kind: str, port: int) -> tuple[list[str], str | None]:
         cmd = cli + ["serve-vllm", "--model-dir", str(DEFAULT_MODEL_DIR), "--spec-k", str(k)]
         return cmd + ["--port", str(port)], f"http://127.0.0.1:{port}/metrics"
     if kind == "ray-app":
-        metrics = _free_port()
+        metrics = free_port()
         cmd = cli + ["up", "cpu-tiny", "--port", str(port), "--ray-metrics-port", str(metrics)]
         return cmd, f"http://127.0.0.1:{metrics}/metrics"
     raise ValueError(f"unknown local target {kind!r}: use vllm-k0..vllm-k8 or ray-app")
@@ -55,7 +47,7 @@ def _answers(base_url: str) -> bool:
 
 
 def start(kind: str, log_dir: Path, progress) -> LocalServer:
-    port = _free_port()
+    port = free_port()
     cmd, metrics_url = _command(kind, port)
     log = log_dir / f"{kind}.log"
     progress(f"starting {kind} (log: {log})")
@@ -68,20 +60,9 @@ def start(kind: str, log_dir: Path, progress) -> LocalServer:
         if proc.poll() is not None:
             raise RuntimeError(f"{kind} exited with {proc.returncode}; see {log}")
         if time.monotonic() - t0 > READY_TIMEOUT_S:
-            stop(proc)
+            stop_group(proc)
             raise RuntimeError(f"{kind} not ready after {READY_TIMEOUT_S} s; see {log}")
         time.sleep(1)
     ready = time.monotonic() - t0
     progress(f"{kind} ready in {ready:.1f} s")
     return LocalServer(Target(kind, base_url, SERVED_MODEL_NAME, metrics_url), proc, ready)
-
-
-def stop(proc: subprocess.Popen, grace: float = 60) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
