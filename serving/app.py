@@ -54,7 +54,7 @@ def build(args: dict[str, Any]) -> Any:
     from serving.gateway.errors import http_exception_as_openai
     from serving.gateway.ingress import Dsv4Ingress
     from serving.gateway.metrics import GatewayMetrics
-    from serving.gateway.overload import RetryAfter
+    from serving.gateway.overload import OverloadResponses
     from serving.gateway.request_guard import RequestGuard
     from serving.llm_config import llm_config, resolve_model_source
 
@@ -67,7 +67,7 @@ def build(args: dict[str, Any]) -> Any:
     # gateway outside it: metrics see every request, auth runs before routing.
     app = ray_llm_fastapi_app()
     app.add_exception_handler(HTTPException, http_exception_as_openai)
-    app.add_middleware(RetryAfter)
+    app.add_middleware(OverloadResponses)
     app.add_middleware(RequestGuard)
     app.add_middleware(ApiKeyAuth)
     app.add_middleware(GatewayMetrics, models=[config.model_id])

@@ -97,22 +97,31 @@ def test_middleware_rejects_before_the_app_and_replays_good_bodies():
     assert bad.json()["error"]["code"] == "invalid_json"
 
 
-def test_overload_responses_get_retry_after():
-    from serving.gateway.overload import RetryAfter
+def test_overload_responses_get_retry_after_and_a_json_error():
+    from starlette.responses import PlainTextResponse
 
-    async def busy(request: Request) -> JSONResponse:
+    from serving.gateway.overload import OverloadResponses
+
+    async def busy(request: Request):
         code = int(request.query_params["code"])
+        if request.query_params.get("plain"):
+            return PlainTextResponse("Request dropped due to backpressure", status_code=code)
         return JSONResponse({"error": {"message": "busy"}}, status_code=code)
 
-    app = RetryAfter(Starlette(routes=[Route("/x", busy)]), seconds=3)
+    app = OverloadResponses(Starlette(routes=[Route("/x", busy)]), seconds=3)
 
     async def run():
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            return [await client.get(f"/x?code={c}") for c in (429, 503, 500, 200)]
+            paths = ["/x?code=429", "/x?code=503&plain=1", "/x?code=500", "/x?code=200"]
+            return [await client.get(p) for p in paths]
 
     answers = asyncio.run(run())
     assert [r.headers.get("retry-after") for r in answers] == ["3", "3", None, None]
+    assert answers[0].json() == {"error": {"message": "busy"}}
+    plain = answers[1].json()["error"]
+    assert plain["message"] == "Request dropped due to backpressure" and plain["code"] == 503
+    assert answers[1].headers["content-type"] == "application/json"
 
 
 def test_http_exceptions_answer_in_openai_shape():
