@@ -58,7 +58,7 @@ DRAIN_SECONDS = 60  # as long as the engine replica's graceful_shutdown_timeout_
 
 
 def _in_flight(gateway_metrics_url: str) -> float:
-    from serving.bench.load import scrape
+    from serving.metrics_page import scrape
 
     samples = scrape(gateway_metrics_url)
     return sum(v for (name, _), v in samples.items() if name == "dsv4_gateway_requests_in_flight")

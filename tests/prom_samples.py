@@ -1,7 +1,6 @@
 """Read a Prometheus /metrics page into samples and add them up (test helper)."""
 
-from serving.bench.load import scrape
-from serving.bench.stats import Samples
+from serving.metrics_page import Samples, scrape
 
 __all__ = ["scrape", "total"]
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import httpx
 import openai
-from prometheus_client.parser import text_string_to_metric_families
 
-from serving.bench.stats import SPEC_COUNTERS, RequestRecord, Samples
+from serving.bench.stats import SPEC_COUNTERS, RequestRecord
+from serving.metrics_page import Samples, scrape
 
 
 @dataclass(frozen=True)
@@ -77,15 +77,6 @@ async def run_level(
     finally:
         await client.close()
     return list(records), time.perf_counter() - start
-
-
-def scrape(url: str) -> Samples:
-    samples: Samples = {}
-    text = httpx.get(url, timeout=30).text
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return samples
 
 
 def _spec_only(samples: Samples) -> Samples:

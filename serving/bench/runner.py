@@ -8,8 +8,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from serving.bench.load import Target, run_level, scrape, settled_scrape
-from serving.bench.stats import RequestRecord, spec_decode_delta, summarize
+from serving.bench.load import Target, run_level, settled_scrape
+from serving.bench.stats import RequestRecord, acceptance, spec_decode_delta, summarize
+from serving.metrics_page import scrape
 
 RAY_EXPORT_PERIOD_S = 12.0
 
@@ -39,22 +40,16 @@ def _progress(message: str) -> None:
 def _merge_spec(deltas: list[dict]) -> dict | None:
     if not deltas:
         return None
-    drafts = sum(d["drafts"] for d in deltas)
-    draft_tokens = sum(d["draft_tokens"] for d in deltas)
-    accepted = sum(d["accepted_tokens"] for d in deltas)
-    positions = sorted({p for d in deltas for p in d["acceptance_by_position"]}, key=int)
-    by_position = {
-        p: sum((d["acceptance_by_position"].get(p) or 0) * d["drafts"] for d in deltas) / drafts
-        for p in positions
-    }
-    return {
-        "drafts": drafts,
-        "draft_tokens": draft_tokens,
-        "accepted_tokens": accepted,
-        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-        "acceptance_length": 1 + accepted / drafts if drafts else None,
-        "acceptance_by_position": by_position if drafts else {},
-    }
+    accepted_at: dict[str, float] = {}
+    for d in deltas:
+        for position, rate in d["acceptance_by_position"].items():
+            accepted_at[position] = accepted_at.get(position, 0.0) + (rate or 0) * d["drafts"]
+    return acceptance(
+        sum(d["drafts"] for d in deltas),
+        sum(d["draft_tokens"] for d in deltas),
+        sum(d["accepted_tokens"] for d in deltas),
+        dict(sorted(accepted_at.items(), key=lambda item: int(item[0]))),
+    )
 
 
 def run_bench(targets: list[Target], plan: BenchPlan, progress=_progress) -> dict:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from serving.metrics_page import Samples
+
 PERCENTILES = (50, 90, 99)
 SPEC_COUNTERS = {
     "drafts": "spec_decode_num_drafts_total",
@@ -82,9 +84,6 @@ def summarize(records: list[RequestRecord], wall_seconds: float) -> dict:
     }
 
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
 def _metric_name(sample_name: str) -> str:
     """``vllm:x`` and Ray's ``ray_vllm_x`` as one name ``x``."""
     for prefix in ("vllm:", "ray_vllm_"):
@@ -115,24 +114,23 @@ def spec_decode_delta(before: Samples, after: Samples, model: str | None = None)
         },
         key=int,
     )
-    drafts = delta["drafts"]
-    per_position = {
-        p: (
-            total(after, SPEC_COUNTERS["per_position"], p)
-            - total(before, SPEC_COUNTERS["per_position"], p)
-        )
-        / drafts
-        if drafts
-        else None
+    accepted_at = {
+        p: total(after, SPEC_COUNTERS["per_position"], p)
+        - total(before, SPEC_COUNTERS["per_position"], p)
         for p in positions
     }
+    return acceptance(delta["drafts"], delta["draft_tokens"], delta["accepted"], accepted_at)
+
+
+def acceptance(
+    drafts: float, draft_tokens: float, accepted: float, accepted_at: dict[str, float]
+) -> dict:
+    """Acceptance figures from counter increases (``accepted_at``: position -> tokens)."""
     return {
         "drafts": drafts,
-        "draft_tokens": delta["draft_tokens"],
-        "accepted_tokens": delta["accepted"],
-        "acceptance_rate": delta["accepted"] / delta["draft_tokens"]
-        if delta["draft_tokens"]
-        else None,
-        "acceptance_length": 1 + delta["accepted"] / drafts if drafts else None,
-        "acceptance_by_position": per_position,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        "acceptance_length": 1 + accepted / drafts if drafts else None,
+        "acceptance_by_position": {p: n / drafts for p, n in accepted_at.items()} if drafts else {},
     }
