@@ -64,7 +64,8 @@ def build(args: dict[str, Any]) -> Any:
     config = LLMConfig(**llm_config(profile, source))
 
     # Ray Serve LLM's FastAPI app (its error handling, request ids, metrics), with the
-    # gateway outside it: metrics see every request, auth runs before routing.
+    # gateway around it, outermost first: metrics (see every request), auth, input
+    # checks, overload answers (Retry-After, JSON body).
     app = ray_llm_fastapi_app()
     app.add_exception_handler(HTTPException, http_exception_as_openai)
     app.add_middleware(OverloadResponses)
