@@ -55,9 +55,16 @@ def test_content_type_must_be_json():
     _check({"model": "m", "prompt": "x"}, content_type="application/json; charset=utf-8")
 
 
-def test_chat_needs_messages():
-    with pytest.raises(BadRequest, match="messages must be a non-empty list"):
-        _check({"model": "m", "messages": []}, route=CHAT)
+@pytest.mark.parametrize("messages", [[], None, "hi", {"role": "user"}])
+def test_chat_needs_a_list_of_messages(messages):
+    with pytest.raises(BadRequest, match="messages must be a non-empty list of message objects"):
+        _check({"model": "m", "messages": messages}, route=CHAT)
+
+
+@pytest.mark.parametrize("message", [None, "hi", 3, {"content": "hi"}, {"role": 1}])
+def test_each_chat_message_needs_a_role(message):
+    with pytest.raises(BadRequest, match=r"messages\[1\] must be an object with a string role"):
+        _check({"model": "m", "messages": [{"role": "user", "content": "a"}, message]}, route=CHAT)
 
 
 def test_tool_schemas_are_checked():

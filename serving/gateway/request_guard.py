@@ -65,6 +65,17 @@ def _check_tools(tools: Any) -> None:
             ) from None
 
 
+def _check_messages(messages: Any) -> None:
+    # vLLM answers 500 for messages null or a list of non-objects.
+    if not isinstance(messages, list) or not messages:
+        text = "messages must be a non-empty list of message objects"
+        raise BadRequest(400, text, "invalid_messages", "messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            text = f"messages[{i}] must be an object with a string role"
+            raise BadRequest(400, text, "invalid_messages", f"messages[{i}]")
+
+
 def check_body(route: str, content_type: str, body: bytes, max_body: int) -> None:
     """Raise BadRequest naming the problem; return when the body may go on."""
     if len(body) > max_body:
@@ -94,8 +105,8 @@ def check_body(route: str, content_type: str, body: bytes, max_body: int) -> Non
         raise BadRequest(
             400, f"unknown field(s) {', '.join(unknown)} for {route}", "unknown_field", unknown[0]
         )
-    if route == "/v1/chat/completions" and payload.get("messages") == []:
-        raise BadRequest(400, "messages must be a non-empty list", "empty_messages", "messages")
+    if route == "/v1/chat/completions":
+        _check_messages(payload.get("messages"))
     if route == "/v1/completions" and payload.get("prompt") in ("", []):
         raise BadRequest(400, "prompt must not be empty", "empty_prompt", "prompt")
     stop = payload.get("stop")
