@@ -82,22 +82,22 @@ $(GOLDEN_DIR)/config.json: | $(DEPS_STAMP)
 
 golden: $(GOLDEN_DIR)/config.json
 
-overrides: deps
+overrides: $(DEPS_STAMP)
 	$(VENV)/bin/dsv4-serve overrides
 
 # The Ray Serve app on the embedded CPU default (golden DSV4, MTP k=2).
-serve: deps golden
+serve: $(DEPS_STAMP) golden
 	$(VENV)/bin/dsv4-serve up cpu-tiny --host $(HOST) --port $(PORT)
 
 # vLLM's own OpenAI server on the same model and engine arguments (a baseline).
-serve-vllm: deps golden
+serve-vllm: $(DEPS_STAMP) golden
 	$(VENV)/bin/dsv4-serve serve-vllm --model-dir $(GOLDEN_DIR) --host $(HOST) --port $(PORT)
 
-lint: deps
+lint: $(DEPS_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: deps
+format: $(DEPS_STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
@@ -105,14 +105,14 @@ test: deps lint
 	$(PY) -m serving.cli generate --check
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
 
-generate: deps
+generate: $(DEPS_STAMP)
 	$(PY) -m serving.cli generate
 
-helm-lint: deps
+helm-lint: $(HELM)
 	$(HELM) lint --strict helm/dsv4-serve
 	$(HELM) lint --strict helm/dsv4-serve --set preset=mi355x-pro-mtp --set platform=rocm
 
-helm-template: deps
+helm-template: $(HELM)
 	$(HELM) template dsv4 helm/dsv4-serve --set preset=$(PRESET) --set platform=$(PLATFORM) \
 		--api-versions monitoring.coreos.com/v1/PodMonitor \
 		--api-versions monitoring.coreos.com/v1/PrometheusRule
@@ -120,11 +120,11 @@ helm-template: deps
 # MTP k=0..3 on vLLM's server and the Ray Serve app, interleaved in one run (~15 min).
 BENCH_ARGS ?= --local vllm-k0 vllm-k1 vllm-k2 vllm-k3 ray-app --concurrency 1 8 \
 	--requests 16 --rounds 3 --max-tokens 64
-bench: deps golden
+bench: $(DEPS_STAMP) golden
 	$(VENV)/bin/dsv4-serve bench $(BENCH_ARGS) --out bench-results
 
 # The wheel the Dockerfiles install (their build context is dist/ and docker/ only).
-wheel: deps
+wheel: $(DEPS_STAMP)
 	rm -rf dist && $(PIP) wheel --quiet --no-deps -w dist .
 
 images: wheel
