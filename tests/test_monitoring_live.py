@@ -17,6 +17,7 @@ import yaml
 from serving import generated
 from serving.golden import GoldenDesign, write_golden_model
 from serving.golden_engine import DEFAULT_SPEC_K, golden_engine_kwargs, mtp_config, to_cli_args
+from serving.metrics_page import RAY_EXPORT_PERIOD_S
 from serving.monitoring.dashboard import dashboard, queries
 from serving.processes import free_port
 from tests.golden_prompts import engine_env, prompt_of
@@ -33,7 +34,6 @@ WEAK_AGREEMENT = 0.2
 SHORT_FOR = "3s"  # the test copy of the rules only: alerts go pending/firing within seconds
 ACCEPTED = "ray_vllm_spec_decode_num_accepted_tokens_total"
 DRAFTED = "ray_vllm_spec_decode_num_draft_tokens_total"
-RAY_EXPORT_PERIOD = 12  # seconds; Ray reports application metrics about every 10 s
 
 
 def _test_rules(path: Path) -> Path:
@@ -144,7 +144,7 @@ def test_recorded_acceptance_rate_equals_engine_counters(stack, golden_design: G
         first = settled()
         if not first or first == previous:
             return None
-        time.sleep(RAY_EXPORT_PERIOD)
+        time.sleep(RAY_EXPORT_PERIOD_S)
         return first if settled() == first else None
 
     # First make the counters exist in Prometheus, then measure a burst on top of them.
@@ -201,12 +201,8 @@ def test_acceptance_collapse_alert_fires_for_the_weak_draft(stack, golden_design
     assert fired_for_good == []
 
 
-def _concrete(expr: str) -> str:
-    return expr.replace("$namespace", ".*").replace("$model", ".*").replace("$replica", ".*")
-
-
 def test_every_dashboard_query_returns_data(stack):
-    empty = [q for q in queries(dashboard()) if not query(stack["prom"], _concrete(q))]
+    empty = [q for q in queries(dashboard(), concrete=True) if not query(stack["prom"], q)]
     assert empty == []
 
 

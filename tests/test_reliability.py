@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serving.golden import GoldenDesign
+from serving.metrics_page import RAY_EXPORT_PERIOD_S
 from tests.golden_prompts import prompt_of
 from tests.prom_samples import scrape, total
 from tests.ray_app import ray_app
@@ -352,9 +353,6 @@ def _generated(app) -> float:
     return total(_engine_samples(app), "ray_vllm_generation_tokens_total", model_name=MODEL)
 
 
-RAY_EXPORT_PERIOD = 12  # s: Ray exports engine metrics about every 10 s
-
-
 def test_client_disconnect_cancels_generation(app, golden_design: GoldenDesign):
     requested = 3000  # about 30 s of decoding here if nothing stopped it
     before = _generated(app)
@@ -370,7 +368,7 @@ def test_client_disconnect_cancels_generation(app, golden_design: GoldenDesign):
     closed = time.monotonic()
     last = _generated(app)
     while True:  # generation has stopped once two exports a period apart agree
-        time.sleep(RAY_EXPORT_PERIOD)
+        time.sleep(RAY_EXPORT_PERIOD_S)
         now = _generated(app)
         if now == last:
             break

@@ -10,9 +10,7 @@ from dataclasses import dataclass, field
 
 from serving.bench.load import Target, run_level, settled_scrape
 from serving.bench.stats import RequestRecord, acceptance, spec_decode_delta, summarize
-from serving.metrics_page import scrape
-
-RAY_EXPORT_PERIOD_S = 12.0
+from serving.metrics_page import RAY_EXPORT_PERIOD_S, scrape
 
 
 @dataclass

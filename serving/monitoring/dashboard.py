@@ -339,6 +339,14 @@ def dashboard() -> dict[str, Any]:
     }
 
 
-def queries(board: dict[str, Any]) -> list[str]:
-    """Every PromQL expression of the dashboard's panels."""
-    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+TEMPLATE_VARIABLES = ("$namespace", "$model", "$replica")
+
+
+def queries(board: dict[str, Any], concrete: bool = False) -> list[str]:
+    """Every PromQL expression of the dashboard's panels; ``concrete`` replaces the
+    template variables by "match anything", as Grafana's "All" does."""
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    if concrete:
+        for variable in TEMPLATE_VARIABLES:
+            exprs = [e.replace(variable, ".*") for e in exprs]
+    return exprs
