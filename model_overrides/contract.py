@@ -13,7 +13,8 @@ Rules (each reported per variant):
 - target-exposes-mtp-buffer: the target model has ``get_mtp_target_hidden_states``.
 
 Variants are read from source, so those whose import needs another vendor's torch
-(ROCm's ``amd`` here) are checked too; importable ones also get a runtime binding check.
+(ROCm's ``amd`` here) are checked too; importable ones also get a runtime binding check
+(``check_runner`` imports other platforms' variants in child processes).
 """
 
 import ast
@@ -325,17 +326,17 @@ def _import(module: str) -> ModuleType | None:
         return None
 
 
-def _load(module: str, path: Path, name: str) -> ClassInfo | None:
-    cls = getattr(_import(module), name, None)
+def _load(module: str, path: Path, name: str, importing: bool = True) -> ClassInfo | None:
+    cls = getattr(_import(module), name, None) if importing else None
     if cls is not None:
         return class_from_runtime(cls)
-    # Not importable here (or absent): read the source instead.
+    # Not importable here (or absent, or not to be imported): read the source instead.
     return class_from_source(path, name) if path.is_file() else None
 
 
-def _compute_logits_owner(mtp_module: str, path: Path) -> ClassInfo | None:
+def _compute_logits_owner(mtp_module: str, path: Path, importing: bool) -> ClassInfo | None:
     for name in ("DeepSeekV4MultiTokenPredictor", "DeepSeekMultiTokenPredictor"):
-        info = _load(mtp_module, path, name)
+        info = _load(mtp_module, path, name, importing)
         if info and info.method("compute_logits"):
             return info
     return None
@@ -355,11 +356,19 @@ def current_platform_variants() -> tuple[str, ...]:
     return PLATFORM_VARIANTS["cuda"]
 
 
-def discover_variants(only: tuple[str, ...] | None = None) -> list[Variant]:
+VENDORS = ("nvidia", "amd", "xpu", "cpu")
+
+
+def discover_variants(only: tuple[str, ...] | None = None, importing: bool = True) -> list[Variant]:
+    """The DSV4 variants of the installed vLLM; ``importing=False`` reads source only.
+
+    Importing another platform's variant can load another native kernel library
+    into this process (fatal), so ``check_runner`` imports those in a child process.
+    """
     variants = []
     root = _package_dir("vllm.models.deepseek_v4")
     if root is not None:
-        for vendor in ("nvidia", "amd", "xpu", "cpu"):
+        for vendor in VENDORS:
             if only is not None and vendor not in only:
                 continue
             base = f"vllm.models.deepseek_v4.{vendor}"
@@ -368,10 +377,12 @@ def discover_variants(only: tuple[str, ...] | None = None) -> list[Variant]:
                 continue
             variant = Variant(
                 vendor,
-                decoder=_load(f"{base}.model", model_py, "DeepseekV4DecoderLayer"),
-                predictor=_compute_logits_owner(f"{base}.mtp", mtp_py),
-                mtp_layer=_load(f"{base}.mtp", mtp_py, "DeepSeekV4MultiTokenPredictorLayer"),
-                target=_load(f"{base}.model", model_py, "DeepseekV4ForCausalLM"),
+                decoder=_load(f"{base}.model", model_py, "DeepseekV4DecoderLayer", importing),
+                predictor=_compute_logits_owner(f"{base}.mtp", mtp_py, importing),
+                mtp_layer=_load(
+                    f"{base}.mtp", mtp_py, "DeepSeekV4MultiTokenPredictorLayer", importing
+                ),
+                target=_load(f"{base}.model", model_py, "DeepseekV4ForCausalLM", importing),
             )
             if vendor == "cpu" and variant.mtp_layer is None:
                 # Upstream's CPU MTP is a stub; ours is the one that runs there.
@@ -387,23 +398,20 @@ def discover_variants(only: tuple[str, ...] | None = None) -> list[Variant]:
             "vllm.model_executor.models.deepseek_v4",
             "vllm.model_executor.models.deepseek_v4_mtp",
         )
+        model_py, mtp_py = legacy / "deepseek_v4.py", legacy / "deepseek_v4_mtp.py"
         variants.append(
             Variant(
                 "legacy",
-                decoder=_load(model_mod, legacy / "deepseek_v4.py", "DeepseekV4DecoderLayer"),
-                predictor=_compute_logits_owner(mtp_mod, legacy / "deepseek_v4_mtp.py"),
-                mtp_layer=_load(
-                    mtp_mod, legacy / "deepseek_v4_mtp.py", "DeepSeekV4MultiTokenPredictorLayer"
-                ),
-                target=_load(model_mod, legacy / "deepseek_v4.py", "DeepseekV4ForCausalLM"),
+                decoder=_load(model_mod, model_py, "DeepseekV4DecoderLayer", importing),
+                predictor=_compute_logits_owner(mtp_mod, mtp_py, importing),
+                mtp_layer=_load(mtp_mod, mtp_py, "DeepSeekV4MultiTokenPredictorLayer", importing),
+                target=_load(model_mod, model_py, "DeepseekV4ForCausalLM", importing),
                 notes=["May-2026 layout (model_executor/models)"],
             )
         )
     return variants
 
 
-def run_check(platform: str = "all") -> tuple[list[Variant], list[Finding]]:
-    wanted = None if platform == "all" else set(PLATFORM_VARIANTS[platform])
-    variants = [v for v in discover_variants() if wanted is None or v.name in wanted]
-    findings = [f for v in variants for f in check_variant(v)]
-    return variants, findings
+def present_variants() -> list[str]:
+    """Names of the variants the installed vLLM ships (no import)."""
+    return [v.name for v in discover_variants(importing=False)]

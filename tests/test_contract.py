@@ -5,6 +5,8 @@ Each regression fixture reproduces one May-2026 bug shape on top of a real vLLM
 """
 
 import inspect
+import os
+import signal
 import subprocess
 import sys
 
@@ -14,7 +16,7 @@ import torch.nn as nn
 from vllm.models.deepseek_v4.cpu.model import DeepseekV4DecoderLayer as CpuDecoder
 from vllm.models.deepseek_v4.nvidia.mtp import DeepSeekV4MultiTokenPredictor
 
-from model_overrides import contract
+from model_overrides import check_runner, contract
 from model_overrides.models.dsv4_mtp_cpu import CpuDeepSeekV4MTPLayer
 from model_overrides.patches import pr42930
 
@@ -32,11 +34,46 @@ def test_check_passes_for_every_variant_of_the_installed_vllm():
     assert "20 of 20 rules hold" in proc.stdout
 
 
+def _forced(code_or_args: list[str]) -> subprocess.CompletedProcess:
+    """A child on vLLM's AVX2 library, as on a CPU without AVX-512 BF16 (any lower
+    library registers the `_C` namespace that `import vllm._C` would register again)."""
+    return subprocess.run(
+        [sys.executable, *code_or_args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DSV4_CPU_KERNEL_LIBRARY": "avx2"},
+    )
+
+
+def test_importing_the_amd_variant_next_to_a_lower_library_aborts_the_process():
+    # Why the check imports other platforms' variants in a child: this is fatal.
+    proc = _forced(
+        [
+            "-c",
+            "from model_overrides import kernel_library as k; k.force_if_requested(); "
+            "import vllm._custom_ops; assert k.loaded() == '_C_AVX2'; "
+            "import vllm.models.deepseek_v4.amd.model",
+        ]
+    )
+    assert proc.returncode == -signal.SIGABRT, proc.stderr[-2000:]
+    assert "Only a single TORCH_LIBRARY can be used to register the namespace _C" in proc.stderr
+
+
+def test_check_survives_and_holds_on_a_lower_kernel_library():
+    proc = _forced(["-m", "model_overrides", "check", "--platform", "all", "--strict"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "[amd] (read from source; importing it in a child failed (killed by SIGABRT))" in (
+        proc.stdout
+    )
+    assert "20 of 20 rules hold" in proc.stdout
+
+
 @pytest.mark.parametrize(
     "platform,variants", [("cuda", ["nvidia"]), ("rocm", ["amd"]), ("cpu", ["cpu"])]
 )
 def test_check_selects_variants_by_platform(platform, variants):
-    found, findings = contract.run_check(platform)
+    found, findings = check_runner.run_check(platform)
     assert [v.name for v in found] == variants
     assert findings and all(f.ok for f in findings)
 

@@ -1,0 +1,95 @@
+"""Run the contract check on every DSV4 variant without risking this process.
+
+Importing another platform's variant can be fatal: on a CPU without AVX-512 BF16,
+vLLM has loaded ``_C_AVX512``, and ``vllm.models.deepseek_v4.amd`` imports
+``vllm.platforms.rocm``, whose ``import vllm._C`` registers the ``_C`` op namespace a
+second time; c10 then aborts the process (SIGABRT, no Python exception). So only the
+variants vLLM itself runs here are imported in this process; each other variant is
+imported in a child (``python -m model_overrides.check_runner VARIANT``), and read
+from source when that child cannot import it or dies.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+
+from model_overrides import contract
+
+PLATFORM_VARIANTS = contract.PLATFORM_VARIANTS
+CHILD_TIMEOUT_S = 600
+
+
+@dataclass
+class VariantReport:
+    name: str
+    how: str  # "imported" or "read from source"
+    notes: list[str] = field(default_factory=list)
+    findings: list[contract.Finding] = field(default_factory=list)
+
+
+def _report(variant: contract.Variant) -> VariantReport:
+    imported = variant.decoder is not None and variant.decoder.runtime is not None
+    return VariantReport(
+        variant.name,
+        "imported" if imported else "read from source",
+        list(variant.notes),
+        contract.check_variant(variant),
+    )
+
+
+def check_here(name: str, importing: bool) -> VariantReport | None:
+    found = contract.discover_variants(only=(name,), importing=importing)
+    return _report(found[0]) if found else None
+
+
+def _why(proc: subprocess.CompletedProcess) -> str:
+    if proc.returncode < 0:
+        return f"killed by {signal.Signals(-proc.returncode).name}"
+    tail = (proc.stderr or "").strip().splitlines()[-1:] or ["no output"]
+    return f"exit {proc.returncode}: {tail[0][:160]}"
+
+
+def check_in_child(name: str) -> VariantReport | None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "model_overrides.check_runner", name],
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("REPORT ")), None)
+    if proc.returncode == 0 and line:
+        data = json.loads(line.removeprefix("REPORT "))
+        if data is None:
+            return None
+        data["findings"] = [contract.Finding(**f) for f in data["findings"]]
+        return VariantReport(**data)
+    report = check_here(name, importing=False)
+    if report is not None:
+        report.notes.append(f"importing it in a child failed ({_why(proc)})")
+    return report
+
+
+def run_check(platform: str = "all") -> tuple[list[VariantReport], list[contract.Finding]]:
+    wanted = None if platform == "all" else set(PLATFORM_VARIANTS[platform])
+    names = [n for n in contract.present_variants() if wanted is None or n in wanted]
+    local = set(contract.current_platform_variants())
+    reports = []
+    for name in names:
+        report = check_here(name, importing=True) if name in local else check_in_child(name)
+        if report is not None:
+            reports.append(report)
+    return reports, [f for r in reports for f in r.findings]
+
+
+def _child(name: str) -> None:
+    from model_overrides import kernel_library
+
+    kernel_library.force_if_requested()  # the parent's library choice holds here too
+    report = check_here(name, importing=True)
+    print("REPORT " + json.dumps(asdict(report) if report else None))
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
