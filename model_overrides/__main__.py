@@ -16,7 +16,7 @@ def _status() -> int:
 
 
 def _check(platform: str, strict: bool) -> int:
-    from model_overrides.contract import run_check
+    from model_overrides.check_runner import run_check
     from model_overrides.status import installed_vllm
 
     variants, findings = run_check(platform)
@@ -25,9 +25,8 @@ def _check(platform: str, strict: bool) -> int:
         print("no DeepSeek-V4 variant found in this vLLM")
         return 1 if strict else 0
     for v in variants:
-        how = "imported" if v.decoder and v.decoder.runtime else "read from source"
-        print(f"\n[{v.name}] ({how}{'; ' + '; '.join(v.notes) if v.notes else ''})")
-        for f in (f for f in findings if f.variant == v.name):
+        print(f"\n[{v.name}] ({v.how}{'; ' + '; '.join(v.notes) if v.notes else ''})")
+        for f in v.findings:
             print(f"  {'ok  ' if f.ok else 'FAIL'}  {f.rule:<28} {f.detail}")
     failed = [f for f in findings if not f.ok]
     print(f"\n{len(findings) - len(failed)} of {len(findings)} rules hold")
@@ -35,6 +34,13 @@ def _check(platform: str, strict: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from model_overrides import kernel_library
+
+    try:
+        kernel_library.force_if_requested()  # before anything loads vLLM's kernels
+    except kernel_library.ForceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(prog="python -m model_overrides")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("status", help="the patch status table for the installed vLLM")

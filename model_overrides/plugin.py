@@ -1,5 +1,7 @@
 """vLLM general-plugin entry point: runs in every vLLM process."""
 
+import contextlib
+
 _applied = False
 
 
@@ -9,6 +11,12 @@ def register() -> None:
     if _applied:
         return
     _applied = True
+    from model_overrides import kernel_library
+
+    # Before any patch module can import vLLM's kernels. A bad value is reported by
+    # the cpu-kernel-library patch as unrecognised.
+    with contextlib.suppress(kernel_library.ForceError):
+        kernel_library.force_if_requested()
     from model_overrides.patches import REGISTRY_READY  # noqa: F401
     from model_overrides.registry import REGISTRY
 

@@ -57,6 +57,12 @@ PATCHES = Gauge(
     ["patch", "override", "status"],
     registry=REGISTRY,
 )
+KERNEL_LIBRARY = Gauge(
+    "dsv4_cpu_kernel_library_info",
+    "vLLM CPU kernel library loaded (_C, _C_AVX512, _C_AVX2) and the CPU's own ISA (value 1)",
+    ["library", "hardware_isa"],
+    registry=REGISTRY,
+)
 THRESHOLDS = Gauge(
     "dsv4_monitoring_threshold",
     "Alert thresholds of the served preset (its monitoring block), read by the dsv4 rules",
@@ -84,6 +90,11 @@ def publish_patch_status() -> None:
         return
     for status in collect():
         PATCHES.labels(status.name, status.override, status.outcome.value).set(1)
+    from model_overrides import kernel_library
+
+    library = kernel_library.loaded()
+    if library is not None:  # only where vLLM's CPU kernels are in use
+        KERNEL_LIBRARY.labels(library, kernel_library.hardware_isa()).set(1)
 
 
 def publish_served_models(thresholds: dict[str, dict[str, float]]) -> None:
