@@ -1,5 +1,8 @@
 """Registry entries. Importing this package registers every patch, in order."""
 
+# cpu_kernel_library first (every later probe may load vLLM's kernels), then the
+# eager ops the loaded library lacks.
+from model_overrides.patches import cpu_kernel_library, cpu_op_fallbacks  # noqa: F401, I001
 from model_overrides.patches import (  # noqa: F401 - imported for registration
     cpu_expand_kernel,
     draft_token_request_cache,
