@@ -10,12 +10,17 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
     from serving.golden import GoldenDesign, write_golden_model
 
     try:
-        design = GoldenDesign(draft_agreement=args.draft_agreement, seed=args.seed)
+        design = GoldenDesign(
+            draft_agreement=args.draft_agreement, seed=args.seed, variant=args.variant
+        )
     except ValueError as exc:
         print(f"dsv4-serve golden-model: {exc}", file=sys.stderr)
         return 2
     out = write_golden_model(args.out_dir, design)
-    print(f"golden DSV4 checkpoint written to {out} (draft_agreement={design.draft_agreement})")
+    print(
+        f"golden DSV4 checkpoint written to {out} "
+        f"(variant={design.variant}, draft_agreement={design.draft_agreement})"
+    )
     return 0
 
 
@@ -124,6 +129,7 @@ def _add_profile_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from serving.golden.design import VARIANTS
     from serving.golden_engine import DEFAULT_MODEL_DIR, DEFAULT_SPEC_K
 
     parser = argparse.ArgumentParser(prog="dsv4-serve", description=__doc__)
@@ -133,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     golden.add_argument("out_dir")
     golden.add_argument("--draft-agreement", type=float, default=1.0)
     golden.add_argument("--seed", type=int, default=0)
+    golden.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default="designed",
+        help="designed: known text and acceptance; numeric: attention, experts and "
+        "hyper-connections reach the logits; clamp: experts reach SwiGLU's clamp",
+    )
     golden.set_defaults(func=_cmd_golden_model)
 
     overrides = sub.add_parser("overrides", help="print the DSV4 override status table")

@@ -61,6 +61,7 @@ if __name__ == "__main__":
     from vllm import LLM, SamplingParams
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
+    from model_overrides import kernel_library
     from model_overrides.kernels.dsv4_metadata import token_to_req_indices
     from model_overrides.registry import REGISTRY
 
@@ -106,6 +107,7 @@ if __name__ == "__main__":
             }
         )
     result = {
+        "library": kernel_library.loaded(),
         "runs": runs,
         "seen": seen,
         "patches": {name: st.outcome.value for name, st in REGISTRY.results.items()},

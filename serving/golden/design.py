@@ -41,14 +41,35 @@ def _word_list(count: int) -> list[str]:
     return random.Random(20260430).sample(words, count)
 
 
+# "designed": every layer adds nothing, so text and MTP acceptance are known exactly.
+# "numeric": attention, experts and hyper-connections write into the residual stream,
+#   so attention, compressor, indexer, MoE and mHC numerics reach the logits; the text
+#   is deterministic but not designed (for comparing kernel paths with each other).
+# "clamp": experts and hyper-connections live, attention still silent, and routed
+#   up/gate projections large enough that SwiGLU's clamp (swiglu_limit) bites on about
+#   1% of elements (for comparing vLLM's MoE with a plain-torch statement of DSV4's).
+VARIANTS = ("designed", "numeric", "clamp")
+
+
 @dataclass(frozen=True)
 class GoldenDesign:
     draft_agreement: float = 1.0
     seed: int = 0
+    variant: str = "designed"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.draft_agreement <= 1.0:
             raise ValueError(f"draft_agreement must be in [0, 1], got {self.draft_agreement}")
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
+
+    @property
+    def attention_live(self) -> bool:
+        return self.variant == "numeric"
+
+    @property
+    def experts_live(self) -> bool:
+        return self.variant in ("numeric", "clamp")
 
     @cached_property
     def words(self) -> list[str]:

@@ -4,9 +4,13 @@ Everything that feeds the output is exact (one-hot embeddings, a successor head,
 zero output projections, neutral hyper-connections). Everything inside attention
 and routing gets small seeded values, so the real kernels run on non-trivial data
 and any NaN they produce still reaches the output (0 * NaN = NaN).
+
+The "numeric" and "clamp" variants (``design.py``) turn some of the zeros into
+seeded values of the magnitudes below, so those parts' numerics reach the logits.
 """
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -25,18 +29,51 @@ class _Filler:
     def small(self, *shape: int, dtype: torch.dtype = _BF16, scale: float = 0.05) -> torch.Tensor:
         return (torch.randn(*shape, generator=self._gen) * scale).to(dtype)
 
+    def maybe(self, scale: float, *shape: int, dtype: torch.dtype = _BF16) -> torch.Tensor:
+        """Zeros at scale 0 (drawing nothing), else seeded values."""
+        if scale == 0.0:
+            return torch.zeros(*shape, dtype=dtype)
+        return self.small(*shape, dtype=dtype, scale=scale)
+
     def ints(self, high: int, *shape: int) -> torch.Tensor:
         return torch.randint(0, high, shape, generator=self._gen, dtype=torch.int32)
 
 
-def _neutral_hc(prefix: str, cfg: dict) -> Tensors:
-    """fn = 0, base = 0, scale = 1: pre = 0.5, post = 1, comb exactly uniform."""
+@dataclass(frozen=True)
+class Magnitudes:
+    """Standard deviations of the seeded weights; 0 keeps a part silent or neutral."""
+
+    attn_out: float = 0.0  # wo_b
+    expert_in: float = 0.05  # routed w1/w3
+    expert_out: float = 0.0  # routed and shared w2
+    hc: float = 0.0  # hyper-connection fn and base
+    head: float = 1.0  # the successor head's entries: larger = peakier next-token logits
+    # One set of routed-expert weights for all experts: which experts a token is routed
+    # to (a top-k that bf16 noise can flip) then cannot change the output.
+    identical_experts: bool = False
+
+
+def magnitudes(design: GoldenDesign) -> Magnitudes:
+    if design.variant == "numeric":
+        return Magnitudes(attn_out=0.05, expert_out=0.05, hc=0.05, head=4.0, identical_experts=True)
+    if design.variant == "clamp":
+        # Rows of the normed residual are ~16 at the token's one-hot entries at first,
+        # so w1/w3 entries of std 0.25 put about 1% of pre-activations beyond 10.
+        return Magnitudes(
+            expert_in=0.25, expert_out=0.02, hc=0.05, head=4.0, identical_experts=True
+        )
+    return Magnitudes()
+
+
+def _hc(prefix: str, fill: _Filler, cfg: dict, mag: Magnitudes) -> Tensors:
+    """Neutral at magnitude 0 (fn = 0, base = 0, scale = 1: pre = 0.5, post = 1, comb
+    exactly uniform); seeded fn and base otherwise."""
     hc, dim = cfg["hc_mult"], cfg["hidden_size"]
     mix = (2 + hc) * hc
     out: Tensors = {}
     for site in ("attn", "ffn"):
-        out[f"{prefix}hc_{site}_fn"] = torch.zeros(mix, hc * dim, dtype=_F32)
-        out[f"{prefix}hc_{site}_base"] = torch.zeros(mix, dtype=_F32)
+        out[f"{prefix}hc_{site}_fn"] = fill.maybe(mag.hc, mix, hc * dim, dtype=_F32)
+        out[f"{prefix}hc_{site}_base"] = fill.maybe(mag.hc, mix, dtype=_F32)
         out[f"{prefix}hc_{site}_scale"] = torch.ones(3, dtype=_F32)
     return out
 
@@ -60,7 +97,7 @@ def _compressor(prefix: str, fill: _Filler, dim: int, head_dim: int, ratio: int)
     }
 
 
-def _attention(prefix: str, fill: _Filler, cfg: dict, ratio: int) -> Tensors:
+def _attention(prefix: str, fill: _Filler, cfg: dict, ratio: int, mag: Magnitudes) -> Tensors:
     dim, heads, head_dim = cfg["hidden_size"], cfg["num_attention_heads"], cfg["head_dim"]
     q_lora, groups, o_lora = cfg["q_lora_rank"], cfg["o_groups"], cfg["o_lora_rank"]
     out: Tensors = {
@@ -70,8 +107,8 @@ def _attention(prefix: str, fill: _Filler, cfg: dict, ratio: int) -> Tensors:
         f"{prefix}kv_norm.weight": torch.ones(head_dim, dtype=_BF16),
         f"{prefix}wq_b.weight": fill.small(heads * head_dim, q_lora),
         f"{prefix}wo_a.weight": fill.small(groups * o_lora, heads * head_dim // groups),
-        # Zero: attention adds nothing to the residual stream.
-        f"{prefix}wo_b.weight": torch.zeros(dim, groups * o_lora, dtype=_BF16),
+        # Zero by design: attention adds nothing to the residual stream.
+        f"{prefix}wo_b.weight": fill.maybe(mag.attn_out, dim, groups * o_lora),
         f"{prefix}attn_sink": fill.small(heads, dtype=_F32),
     }
     if ratio > 1:
@@ -86,7 +123,7 @@ def _attention(prefix: str, fill: _Filler, cfg: dict, ratio: int) -> Tensors:
     return out
 
 
-def _moe(prefix: str, fill: _Filler, cfg: dict, hash_routed: bool) -> Tensors:
+def _moe(prefix: str, fill: _Filler, cfg: dict, hash_routed: bool, mag: Magnitudes) -> Tensors:
     dim, inter, experts = cfg["hidden_size"], cfg["moe_intermediate_size"], cfg["n_routed_experts"]
     shared_inter = inter * cfg["n_shared_experts"]
     out: Tensors = {f"{prefix}gate.weight": fill.small(experts, dim)}
@@ -96,26 +133,37 @@ def _moe(prefix: str, fill: _Filler, cfg: dict, hash_routed: bool) -> Tensors:
         )
     else:
         out[f"{prefix}gate.bias"] = fill.small(experts, dtype=_F32)
+    if mag.identical_experts:
+        one = {
+            "w1": fill.small(inter, dim, scale=mag.expert_in),
+            "w3": fill.small(inter, dim, scale=mag.expert_in),
+            "w2": fill.maybe(mag.expert_out, dim, inter),
+        }
     for e in range(experts):
-        out[f"{prefix}experts.{e}.w1.weight"] = fill.small(inter, dim)
-        out[f"{prefix}experts.{e}.w3.weight"] = fill.small(inter, dim)
-        # Zero: experts add nothing to the residual stream.
-        out[f"{prefix}experts.{e}.w2.weight"] = torch.zeros(dim, inter, dtype=_BF16)
+        if mag.identical_experts:
+            out |= {f"{prefix}experts.{e}.{w}.weight": t.clone() for w, t in one.items()}
+            continue
+        out[f"{prefix}experts.{e}.w1.weight"] = fill.small(inter, dim, scale=mag.expert_in)
+        out[f"{prefix}experts.{e}.w3.weight"] = fill.small(inter, dim, scale=mag.expert_in)
+        # Zero by design: experts add nothing to the residual stream.
+        out[f"{prefix}experts.{e}.w2.weight"] = fill.maybe(mag.expert_out, dim, inter)
     out[f"{prefix}shared_experts.w1.weight"] = fill.small(shared_inter, dim)
     out[f"{prefix}shared_experts.w3.weight"] = fill.small(shared_inter, dim)
-    out[f"{prefix}shared_experts.w2.weight"] = torch.zeros(dim, shared_inter, dtype=_BF16)
+    out[f"{prefix}shared_experts.w2.weight"] = fill.maybe(mag.expert_out, dim, shared_inter)
     return out
 
 
-def _block(prefix: str, fill: _Filler, cfg: dict, layer: int, ratio: int) -> Tensors:
+def _block(
+    prefix: str, fill: _Filler, cfg: dict, layer: int, ratio: int, mag: Magnitudes
+) -> Tensors:
     dim = cfg["hidden_size"]
     out = {
         f"{prefix}attn_norm.weight": torch.ones(dim, dtype=_BF16),
         f"{prefix}ffn_norm.weight": torch.ones(dim, dtype=_BF16),
     }
-    out |= _neutral_hc(prefix, cfg)
-    out |= _attention(f"{prefix}attn.", fill, cfg, ratio)
-    out |= _moe(f"{prefix}ffn.", fill, cfg, hash_routed=layer < cfg["num_hash_layers"])
+    out |= _hc(prefix, fill, cfg, mag)
+    out |= _attention(f"{prefix}attn.", fill, cfg, ratio, mag)
+    out |= _moe(f"{prefix}ffn.", fill, cfg, layer < cfg["num_hash_layers"], mag)
     return out
 
 
@@ -130,7 +178,7 @@ def _successor_head(design: GoldenDesign) -> torch.Tensor:
     """Logit of token j is high where the hidden state is the direction of a predecessor of j."""
     head = torch.zeros(VOCAB_SIZE, HIDDEN_SIZE, dtype=_BF16)
     for token in range(VOCAB_SIZE):
-        head[design.successor(token), token] = 1.0
+        head[design.successor(token), token] = magnitudes(design).head
     return head
 
 
@@ -147,7 +195,8 @@ def _mtp(index: int, design: GoldenDesign, fill: _Filler, cfg: dict) -> Tensors:
         f"{prefix}norm.weight": torch.ones(dim, dtype=_BF16),
     }
     out |= _hc_head(prefix, cfg)
-    out |= _block(prefix, fill, cfg, layer=cfg["num_hidden_layers"] + index, ratio=1)
+    layer = cfg["num_hidden_layers"] + index
+    out |= _block(prefix, fill, cfg, layer, ratio=1, mag=magnitudes(design))
     return out
 
 
@@ -162,6 +211,6 @@ def golden_tensors(design: GoldenDesign) -> Iterator[Tensors]:
     }
     yield top | _hc_head("", cfg)
     for layer, ratio in enumerate(cfg["compress_ratios"][: cfg["num_hidden_layers"]]):
-        yield _block(f"layers.{layer}.", fill, cfg, layer, ratio)
+        yield _block(f"layers.{layer}.", fill, cfg, layer, ratio, magnitudes(design))
     for index in range(cfg["num_nextn_predict_layers"]):
         yield _mtp(index, design, fill, cfg)

@@ -29,7 +29,11 @@ def write_golden_model(out_dir: str | Path, design: GoldenDesign | None = None) 
     (out / "config.json").write_text(json.dumps(golden_config(), indent=2, sort_keys=True))
     (out / "generation_config.json").write_text(json.dumps({"do_sample": False}))
     write_tokenizer(design, out)
-    manifest = {"draft_agreement": design.draft_agreement, "seed": design.seed}
+    manifest = {
+        "draft_agreement": design.draft_agreement,
+        "seed": design.seed,
+        "variant": design.variant,
+    }
     (out / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
     return out
 
