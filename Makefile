@@ -24,7 +24,7 @@ BUILDER ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah)
 PRESET ?= h200-flash-mtp
 PLATFORM ?= $(if $(findstring mi3,$(PRESET)),rocm,cuda)
 
-.PHONY: help deps tools lock serve serve-vllm test test-fast lint format golden overrides bench clean \
+.PHONY: help deps tools lock serve serve-vllm test test-fast lint format golden overrides bench bench-kernels clean \
 	generate helm-lint helm-template wheel images push image-test
 
 help:
@@ -32,6 +32,7 @@ help:
 	@echo "make test    - install everything the tests need and run the whole suite"
 	@echo "make lint    - ruff check + format check"
 	@echo "make bench   - MTP speedup, serving overhead, latency on the golden model (report + plots)"
+	@echo "make bench-kernels - decode speed on each CPU kernel library (native vs eager fallbacks)"
 	@echo "make helm-lint / make helm-template PRESET=h200-flash-mtp - the Helm chart"
 	@echo "make images / make push - CUDA and ROCm images (docker or buildah); make image-test"
 	@echo "make test-fast - lint, unit, chart and rules tests: no engine, no Ray, no apt (minutes)"
@@ -141,6 +142,13 @@ BENCH_ARGS ?= --local vllm-k0 vllm-k1 vllm-k2 vllm-k3 ray-app --concurrency 1 8 
 	--requests 16 --rounds 3 --max-tokens 64
 bench: $(DEPS_STAMP) golden
 	$(VENV)/bin/dsv4-serve bench $(BENCH_ARGS) --out bench-results
+
+# Decode speed on each CPU kernel library this machine can run (native vs the eager
+# fallbacks of _C_AVX512 / _C_AVX2), MTP k=0 and k=2, interleaved in one run (~20 min).
+BENCH_KERNEL_ARGS ?= --local vllm-k0 vllm-k2 vllm-k0@avx512 vllm-k2@avx512 vllm-k0@avx2 \
+	vllm-k2@avx2 --concurrency 1 8 --requests 16 --rounds 3 --max-tokens 64
+bench-kernels: $(DEPS_STAMP) golden
+	$(VENV)/bin/dsv4-serve bench $(BENCH_KERNEL_ARGS) --out bench-kernels
 
 # The wheel the Dockerfiles install (their build context is dist/ and docker/ only).
 wheel: $(DEPS_STAMP)

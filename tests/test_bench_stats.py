@@ -1,10 +1,19 @@
 """The bench's statistics on known inputs: percentiles, rates, metric deltas, the
 draft-cost fit, and target parsing."""
 
+import os
+
 import pytest
 
-from serving.bench.analysis import draft_cost_ratio, mtp_speedup, serving_overhead, speedup_bound
+from serving.bench.analysis import (
+    draft_cost_ratio,
+    kernel_library_cost,
+    mtp_speedup,
+    serving_overhead,
+    speedup_bound,
+)
 from serving.bench.command import BenchError, parse_target
+from serving.bench.report import figures
 from serving.bench.runner import _merge_spec
 from serving.bench.stats import RequestRecord, percentile, spec_decode_delta, summarize
 
@@ -150,3 +159,33 @@ def test_parse_target():
     for bad in ["noequals", "x=ftp://h", "x=http://h,colour=red", "=http://h"]:
         with pytest.raises(BenchError):
             parse_target(bad, "k")
+
+
+def test_kernel_library_cost_compares_each_forced_library_with_the_native_server():
+    report = {
+        "targets": ["vllm-k0", "vllm-k2", "vllm-k0@avx2", "vllm-k2@avx2"],
+        "plan": {"concurrency": [1, 8]},
+        "levels": [
+            _level("vllm-k0", 1, 60.0, 0.016, 0.05),
+            _level("vllm-k2", 1, 120.0, 0.008, 0.05, 3.0),
+            _level("vllm-k0@avx2", 1, 30.0, 0.032, 0.1),
+            _level("vllm-k2@avx2", 1, 40.0, 0.024, 0.1, 3.0),
+            _level("vllm-k0", 8, 200.0, 0.04, 0.2),
+        ],
+    }
+    rows = {(r["target"], r["concurrency"]): r for r in kernel_library_cost(report)}
+    assert set(rows) == {("vllm-k0@avx2", 1), ("vllm-k2@avx2", 1)}  # c=8 has no @avx2 level
+    assert rows[("vllm-k0@avx2", 1)]["throughput_ratio"] == pytest.approx(0.5)
+    assert rows[("vllm-k2@avx2", 1)]["baseline"] == "vllm-k2"
+    # The MTP figures use only the native k-sweep, not the forced targets' names.
+    assert [b["concurrency"] for b in figures(report)["mtp"]] == [1, 8]
+
+
+def test_a_local_kind_names_a_known_kernel_library():
+    from serving.bench.local import _environment
+
+    assert _environment("vllm-k2@avx512")["DSV4_CPU_KERNEL_LIBRARY"] == "avx512"
+    inherited = os.environ.get("DSV4_CPU_KERNEL_LIBRARY")
+    assert _environment("vllm-k2").get("DSV4_CPU_KERNEL_LIBRARY") == inherited
+    with pytest.raises(ValueError, match="unknown kernel library 'sse4'"):
+        _environment("vllm-k2@sse4")

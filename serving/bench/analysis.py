@@ -68,3 +68,29 @@ def serving_overhead(report: dict, app: str, baseline: str, concurrency: int) ->
         "throughput_ratio": a["output_tokens_per_s"] / b["output_tokens_per_s"],
         "added_p50_ttft_s": (a["ttft_s"]["p50"] or 0) - (b["ttft_s"]["p50"] or 0),
     }
+
+
+def kernel_library_cost(report: dict) -> list[dict]:
+    """Each ``KIND@ISA`` target against ``KIND`` (the machine's own kernel library), per
+    concurrency: the eager fallbacks' throughput relative to the native ops."""
+    out = []
+    for name in report["targets"]:
+        base, _, isa = name.partition("@")
+        if not isa or base not in report["targets"]:
+            continue
+        for concurrency in report["plan"]["concurrency"]:
+            lower, native = level(report, name, concurrency), level(report, base, concurrency)
+            if not lower or not native or not native["output_tokens_per_s"]:
+                continue
+            out.append(
+                {
+                    "target": name,
+                    "baseline": base,
+                    "concurrency": concurrency,
+                    "tokens_per_s": lower["output_tokens_per_s"],
+                    "baseline_tokens_per_s": native["output_tokens_per_s"],
+                    "throughput_ratio": lower["output_tokens_per_s"]
+                    / native["output_tokens_per_s"],
+                }
+            )
+    return out

@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=[],
         metavar="KIND",
-        help="start on the golden model: vllm-k0 .. vllm-k3 (vLLM's server, MTP k), ray-app",
+        help="start on the golden model: vllm-k0 .. vllm-k3 (vLLM's server, MTP k), ray-app; "
+        "append @avx512 or @avx2 to run on that CPU kernel library",
     )
     parser.add_argument(
         "--target",

@@ -1,8 +1,12 @@
 """Local targets on the golden model: vLLM's own server with MTP k, or the Ray Serve
-app (`dsv4-serve up`). Each is started alone and timed until it answers."""
+app (`dsv4-serve up`). Each is started alone and timed until it answers.
+
+A kind may end in ``@avx512`` or ``@avx2``: that server runs on vLLM's lower CPU kernel
+library (``DSV4_CPU_KERNEL_LIBRARY``), i.e. on our eager fallbacks for DSV4's ops."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -11,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from model_overrides.kernel_library import FORCE_ENV, LIBRARIES
 from serving.bench.load import Target
 from serving.golden_engine import DEFAULT_MODEL_DIR, SERVED_MODEL_NAME
 from serving.processes import free_port, stop_group
@@ -25,7 +30,17 @@ class LocalServer:
     ready_seconds: float
 
 
+def _environment(kind: str) -> dict[str, str]:
+    _, _, isa = kind.partition("@")
+    if not isa:
+        return dict(os.environ)
+    if isa not in LIBRARIES:
+        raise ValueError(f"unknown kernel library {isa!r} in {kind!r}: use {', '.join(LIBRARIES)}")
+    return {**os.environ, FORCE_ENV: isa}
+
+
 def _command(kind: str, port: int) -> tuple[list[str], str | None]:
+    kind = kind.partition("@")[0]
     cli = [sys.executable, "-m", "serving.cli"]
     if kind.startswith("vllm-k"):
         k = int(kind.removeprefix("vllm-k"))
@@ -49,11 +64,12 @@ def _answers(base_url: str) -> bool:
 def start(kind: str, log_dir: Path, progress) -> LocalServer:
     port = free_port()
     cmd, metrics_url = _command(kind, port)
+    env = _environment(kind)
     log = log_dir / f"{kind}.log"
     progress(f"starting {kind} (log: {log})")
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True, env=env
     )
     base_url = f"http://127.0.0.1:{port}/v1"
     while not _answers(base_url):

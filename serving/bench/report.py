@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -10,7 +11,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from serving.bench.analysis import mtp_speedup, serving_overhead  # noqa: E402
+from serving.bench.analysis import (  # noqa: E402
+    kernel_library_cost,
+    mtp_speedup,
+    serving_overhead,
+)
 
 
 def _ms(value: float | None) -> str:
@@ -24,7 +29,7 @@ def _num(value: float | None, fmt: str = "{:.2f}") -> str:
 def figures(report: dict) -> dict:
     """Headline figures when the report has the targets they need."""
     names = set(report["targets"])
-    ks = sorted(int(n.removeprefix("vllm-k")) for n in names if n.startswith("vllm-k"))
+    ks = sorted(int(m.group(1)) for n in names if (m := re.fullmatch(r"vllm-k(\d+)", n)))
     out: dict = {}
     if 0 in ks and len(ks) > 1:
         low = min(report["plan"]["concurrency"])
@@ -37,6 +42,8 @@ def figures(report: dict) -> dict:
     if "ray-app" in names and "vllm-k2" in names:
         high = max(report["plan"]["concurrency"])
         out["serving_overhead"] = serving_overhead(report, "ray-app", "vllm-k2", high)
+    if cost := kernel_library_cost(report):
+        out["kernel_libraries"] = cost
     ready = report.get("ready_seconds", {})
     if "ray-app" in ready and "vllm-k2" in ready:
         out["cold_start"] = {
@@ -86,6 +93,20 @@ def markdown(report: dict) -> str:
             f" throughput ratio {o['throughput_ratio']:.2f},"
             f" added p50 TTFT {o['added_p50_ttft_s'] * 1000:.0f} ms.",
         ]
+    if extra.get("kernel_libraries"):
+        lines += [
+            "",
+            "CPU kernel libraries (eager fallbacks vs the native ops, same server otherwise):",
+            "",
+            "| target | vs | c | tok/s | native tok/s | ratio |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in extra["kernel_libraries"]:
+            lines.append(
+                f"| {row['target']} | {row['baseline']} | {row['concurrency']}"
+                f" | {row['tokens_per_s']:.1f} | {row['baseline_tokens_per_s']:.1f}"
+                f" | {row['throughput_ratio']:.2f} |"
+            )
     if extra.get("cold_start"):
         c = extra["cold_start"]
         lines += [
