@@ -61,6 +61,13 @@ def test_long_prompt_crosses_compression_and_block_boundaries(llm, golden_design
     assert _greedy(llm, [prompt], 90) == [golden_design.continuation(prompt, 90)]
 
 
+def test_prompt_past_the_indexer_top_k(llm, golden_design: GoldenDesign):
+    # 2300 tokens: the ratio-4 layers hold >512 compressed entries, so the indexer's
+    # top-512 selection (fp8 logits, top-k transform) decides what attention reads.
+    prompt = prompt_of(golden_design, 2300, seed=43)
+    assert _greedy(llm, [prompt], 8) == [golden_design.continuation(prompt, 8)]
+
+
 def test_every_parameter_was_written_by_the_checkpoint(llm, audit_dir: Path, golden_dir: Path):
     reports = [json.loads(p.read_text()) for p in audit_dir.glob("DeepseekV4ForCausalLM-*.json")]
     assert reports, "the load audit wrote no report"
