@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from model_overrides import kernel_library
+from model_overrides.kernels import cpu_ops
 from serving.golden import GoldenDesign
 from tests.golden_prompts import engine_env
 from tests.server_process import PYTHON
@@ -25,11 +27,25 @@ def _run(golden_dir: Path, prompt: str, **env: str) -> subprocess.CompletedProce
     )
 
 
-def test_all_overrides_off_brings_back_the_triton_failure(golden_dir: Path):
+# The first thing upstream trips over: on `_C` (AVX-512 BF16) the Triton metadata
+# kernels; on the lower libraries the load itself, which packs wo_a with an op they lack.
+MISSING_OP = "object has no attribute 'convert_weight_packed'"
+FIRST_FAILURE = {"_C": "Cannot inspect kernel parameters"}
+
+
+def test_all_overrides_off_brings_back_the_upstream_failure(golden_dir: Path):
     proc = _run(golden_dir, "neti", DSV4_OVERRIDES="0")
     assert proc.returncode != 0
-    assert "Cannot inspect kernel parameters" in proc.stderr + proc.stdout
+    expected = FIRST_FAILURE.get(kernel_library.expected_library(), MISSING_OP)
+    assert expected in proc.stderr + proc.stdout
     assert "all overrides off" in proc.stderr + proc.stdout
+
+
+def test_lowest_library_without_the_eager_ops_fails_on_the_missing_op(golden_dir: Path):
+    groups = ",".join(f"dsv4-cpu-ops-{g}" for g in cpu_ops.GROUPS)
+    proc = _run(golden_dir, "neti", DSV4_CPU_KERNEL_LIBRARY="avx2", DSV4_OVERRIDES_DISABLE=groups)
+    assert proc.returncode != 0
+    assert MISSING_OP in proc.stderr + proc.stdout
 
 
 def test_tile_scheduler_patch_off_brings_back_the_key_error(golden_dir: Path):
