@@ -5,7 +5,17 @@ construction (see ``design.py``). It is a test fixture and the local default, no
 language model.
 """
 
+from typing import Any
+
 from serving.golden.design import GoldenDesign
-from serving.golden.writer import write_golden_model
 
 __all__ = ["GoldenDesign", "write_golden_model"]
+
+
+def __getattr__(name: str) -> Any:
+    # The writer needs torch; the design (and so `dsv4-serve`'s parser) does not.
+    if name == "write_golden_model":
+        from serving.golden.writer import write_golden_model
+
+        return write_golden_model
+    raise AttributeError(name)
