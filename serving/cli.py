@@ -116,6 +116,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return 2
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from serving.doctor.command import run
+
+    return run(args)
+
+
 def _add_profile_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "preset", nargs="?", default="cpu-tiny", help="preset name or a profile YAML path"
@@ -188,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_bench_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
+
+    from serving.doctor.command import add_arguments as add_doctor_arguments
+
+    doctor = sub.add_parser(
+        "doctor", help="preflight a cluster for a preset, or diagnose an installed release"
+    )
+    add_doctor_arguments(doctor)
+    doctor.set_defaults(func=_cmd_doctor)
 
     generate = sub.add_parser(
         "generate", help="write the chart's generated files (rules, dashboard, presets, schema)"

@@ -32,6 +32,9 @@ class ModelSpec(_Strict):
     source: str = Field(min_length=1, description="Hugging Face repo id or a local path")
     golden: bool = Field(False, description="generate the golden tiny DSV4 at `source` if missing")
     tokenizer_mode: str | None = "deepseek_v4"
+    size_gb: float | None = Field(
+        None, gt=0, description="weights on disk in GB (10^9 bytes): what the volume must hold"
+    )
 
 
 class Speculation(_Strict):
