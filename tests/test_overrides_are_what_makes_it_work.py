@@ -61,3 +61,20 @@ def test_overrides_on_in_a_fresh_process(golden_dir: Path, golden_design: Golden
     assert json.loads(line[len("RESULT ") :]) == golden_design.continuation("neti", 8)
     for name in ("dsv4-cpu-compressed-slot-mapping", "dsv4-cpu-tile-scheduler-keys"):
         assert f"[dsv4-overrides] {name}: applied" in proc.stderr + proc.stdout
+    _each_process_names_its_library(proc.stderr + proc.stdout, kernel_library.expected_library())
+
+
+def _each_process_names_its_library(log: str, library: str) -> None:
+    """The engine core and its worker each log the kernel library they loaded."""
+    lines = [x for x in log.splitlines() if "[dsv4-overrides] cpu-kernel-library:" in x]
+    processes = {x.split(" pid=")[0].lstrip("(") for x in lines if " pid=" in x}
+    assert {"EngineCore", "VllmWorker-0"} <= processes, lines
+    assert all(f" {library} (" in x for x in lines), lines
+
+
+def test_a_forced_library_is_what_every_engine_process_loads(golden_dir: Path, golden_design):
+    proc = _run(golden_dir, "neti", DSV4_CPU_KERNEL_LIBRARY="avx2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    assert json.loads(line[len("RESULT ") :]) == golden_design.continuation("neti", 8)
+    _each_process_names_its_library(proc.stderr + proc.stdout, "_C_AVX2")
