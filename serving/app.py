@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from serving.profile import Profile, ProfileError, load_profile, parse_set
 
-INGRESS_NAME = "Dsv4Ingress"
+INGRESS_NAME = "Dsv4Ingress"  # the separate ingress deployment (serving.path: ingress)
+DIRECT_NAME = "Dsv4Server"  # the engine-and-ingress deployment (serving.path: direct)
 
 
 class BuildArgs(BaseModel):
@@ -43,35 +44,53 @@ def ensure_golden_model(profile: Profile, model_source: str) -> None:
 
 def build(args: dict[str, Any]) -> Any:
     """Ray Serve application builder (import path ``serving.app:build``)."""
-    from ray import serve
-    from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
-    from ray.llm._internal.serve.core.ingress.ingress import init as ray_llm_fastapi_app
-    from ray.serve.llm import LLMConfig, build_llm_deployment
-    from ray.serve.llm.ingress import make_fastapi_ingress
-    from starlette.exceptions import HTTPException
+    from ray.serve.llm import LLMConfig
 
-    from serving.gateway.auth import ApiKeyAuth
-    from serving.gateway.errors import http_exception_as_openai
-    from serving.gateway.ingress import Dsv4Ingress
-    from serving.gateway.metrics import GatewayMetrics
-    from serving.gateway.overload import OverloadResponses
-    from serving.gateway.request_guard import RequestGuard
+    from serving.gateway.stack import GatewayOptions
     from serving.llm_config import llm_config, resolve_model_source
 
     parsed, profile = resolve(args)
     source = resolve_model_source(profile)
     ensure_golden_model(profile, source)
     config = LLMConfig(**llm_config(profile, source))
+    gateway = GatewayOptions(
+        metrics_port=parsed.gateway_metrics_port,
+        metrics_host=parsed.gateway_metrics_host,
+        thresholds={config.model_id: profile.monitoring.model_dump()},
+    )
+    if profile.serving.path == "direct":
+        return _direct(config, gateway)
+    return _with_ingress(config, gateway)
 
-    # Ray Serve LLM's FastAPI app (its error handling, request ids, metrics), with the
-    # gateway around it, outermost first: metrics (see every request), auth, input
-    # checks, overload answers (Retry-After, JSON body).
-    app = ray_llm_fastapi_app()
-    app.add_exception_handler(HTTPException, http_exception_as_openai)
-    app.add_middleware(OverloadResponses)
-    app.add_middleware(RequestGuard)
-    app.add_middleware(ApiKeyAuth)
-    app.add_middleware(GatewayMetrics, models=[config.model_id])
+
+def _direct(config: Any, gateway: Any) -> Any:
+    """One deployment: the engine replica is the ingress and serves vLLM's app."""
+    from ray import serve
+    from ray.serve.llm import build_llm_deployment
+
+    from serving.gateway.server import Dsv4Server
+
+    return build_llm_deployment(
+        config,
+        name_prefix="",
+        deployment_cls=serve.ingress()(Dsv4Server),
+        bind_kwargs={"gateway": gateway.model_dump()},
+        override_serve_options={"name": DIRECT_NAME},
+    )
+
+
+def _with_ingress(config: Any, gateway: Any) -> Any:
+    """The earlier layout: Ray Serve LLM's OpenAI ingress replica in front of LLMServer."""
+    from ray import serve
+    from ray.serve.llm import build_llm_deployment
+    from ray.serve.llm.ingress import make_fastapi_ingress
+
+    from serving.gateway.ingress import Dsv4Ingress
+    from serving.gateway.stack import wrap_app
+    from serving.ray_private import openai_ingress_app, to_model_metadata
+
+    app = openai_ingress_app()
+    wrap_app(app, models=[config.model_id])
     ingress_cls = make_fastapi_ingress(Dsv4Ingress, app=app)
     options = Dsv4Ingress.get_deployment_options(llm_configs=[config])
     options["name"] = INGRESS_NAME
@@ -82,8 +101,6 @@ def build(args: dict[str, Any]) -> Any:
         .bind(
             llm_deployments={config.model_id: build_llm_deployment(config)},
             model_cards={config.model_id: to_model_metadata(config.model_id, config)},
-            metrics_port=parsed.gateway_metrics_port,
-            metrics_host=parsed.gateway_metrics_host,
-            thresholds={config.model_id: profile.monitoring.model_dump()},
+            gateway=gateway.model_dump(),
         )
     )

@@ -24,6 +24,10 @@ def resolve_model_source(profile: Profile, base_dir: Path | None = None) -> str:
     return source
 
 
+def is_local_path(model_source: str) -> bool:
+    return model_source.startswith("/")
+
+
 def deployment_config(profile: Profile) -> dict[str, Any]:
     dep = profile.deployment
     out: dict[str, Any] = {
@@ -49,7 +53,15 @@ def llm_config(profile: Profile, model_source: str) -> dict[str, Any]:
         "deployment_config": deployment_config(profile),
         "runtime_env": {"env_vars": dict(profile.env)},
         "log_engine_metrics": True,
+        # Ray Serve LLM batches stream chunks every 50 ms by default (ingress path).
+        "experimental_configs": {
+            "stream_batching_interval_ms": profile.serving.stream_batching_interval_ms
+        },
     }
+    if is_local_path(model_source):
+        # Node initialisation only downloads the model (a task that imports torch and
+        # transformers): nothing to do for a local or PVC path.
+        config["callback_config"] = {"callback_class": "serving.ray_private.SkipNodeInit"}
     if acc.kind == "cpu":
         config["accelerator_config"] = {"kind": "cpu"}
         config["placement_group_config"] = {"bundles": [{"CPU": 1}] * acc.per_replica}

@@ -10,6 +10,8 @@ from typing import Any
 
 from serving.app import BuildArgs, resolve
 from serving.gateway.auth import KeySource
+from serving.proxy import environment as proxy_environment
+from serving.proxy import resolve as resolve_proxy
 from serving.serve_config import serve_config
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -103,6 +105,13 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
         os.environ.get("DSV4_GATEWAY_METRICS_PORT", 9464)
     )
 
+    proxy = resolve_proxy(profile.serving.proxy)
+    os.environ.update(proxy_environment(proxy))  # before Ray starts: every Ray process reads it
+    # A replica that is its own ingress stays up 30 s after a stop by default, for load
+    # balancers to deregister it; here nothing but our own drain (below) fronts it.
+    os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
+    _say(f"serving path {profile.serving.path}, proxy {proxy}")
+
     import ray
     from ray import serve
 
@@ -116,9 +125,11 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
         _metrics_export_port=ray_metrics_port,
         namespace="dsv4",
     )
+    stages = {"ray": time.monotonic() - started}
     done, failure = threading.Event(), []
     try:
         serve.start(http_options=config["http_options"])
+        stages["serve"] = time.monotonic() - started - stages["ray"]
         _catch_sigterm()
         watcher = threading.Thread(target=_progress, args=(started, done), daemon=True)
         watcher.start()
@@ -128,6 +139,7 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
                 serve.run(target, name=app["name"], route_prefix=app["route_prefix"])
             except Exception as exc:  # surfaced below, after the watcher stops
                 failure.append(exc)
+        stages["replica"] = time.monotonic() - started - stages["ray"] - stages["serve"]
         _catch_sigterm()
         done.set()
         if failure:
@@ -138,6 +150,8 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
         _say(
             f"ready in {time.monotonic() - started:.0f}s at {base}/v1 (model {profile.model.id!r})"
         )
+        # Start-up by stage: Ray, Serve's controller and proxy, the replica (engine included).
+        _say("stages: " + ", ".join(f"{name} {secs:.1f}s" for name, secs in stages.items()))
         _say(
             f"try: curl -s {base}/v1/completions{auth} -H 'Content-Type: application/json' "
             f'-d \'{{"model": "{profile.model.id}", "prompt": "neti", "max_tokens": 8}}\''

@@ -103,6 +103,24 @@ class Deployment(_Strict):
     max_queued_requests: int = Field(-1, ge=-1, description="-1: unbounded queue")
 
 
+class Serving(_Strict):
+    """How requests reach the engine (see serving/app.py)."""
+
+    path: Literal["direct", "ingress"] = Field(
+        "direct",
+        description="direct: the engine replica serves vLLM's OpenAI app itself; ingress: "
+        "the earlier layout with a separate OpenAiIngress replica (kept for one release)",
+    )
+    proxy: Literal["auto", "haproxy", "python"] = Field(
+        "auto",
+        description="HTTP proxy in front of the replicas: HAProxy (auto: when its binary "
+        "is installed) or Ray's Python proxy",
+    )
+    stream_batching_interval_ms: int = Field(
+        0, ge=0, description="Ray Serve LLM's stream-chunk batching (ingress path only)"
+    )
+
+
 class Monitoring(_Strict):
     """Alert thresholds for this preset (exported by the gateway, used by the rules)."""
 
@@ -136,6 +154,7 @@ class Profile(_Strict):
     engine_args: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     deployment: Deployment
+    serving: Serving = Serving()
     monitoring: Monitoring = Monitoring()
 
     @model_validator(mode="after")

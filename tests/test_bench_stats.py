@@ -123,7 +123,7 @@ def _level(target, c, tok_s, tpot, ttft, length=None):
         "concurrency": c,
         "output_tokens_per_s": tok_s,
         "tpot_s": {"p50": tpot},
-        "ttft_s": {"p50": ttft},
+        "ttft_s": {"p50": ttft, "p90": ttft * 2},
         "spec_decode": {"acceptance_length": length} if length else None,
     }
 
@@ -138,15 +138,17 @@ def test_mtp_speedup_and_serving_overhead_from_a_report():
                 for k in (1, 2, 3)
             ],
             _level("ray-app", 1, 50.0, 0.02, 0.65),
-        ]
+        ],
+        "ready_seconds": {"ray-app": 45.0, "vllm-k2": 30.0},
     }
     out = mtp_speedup(report, 1, [1, 2, 3])
     assert out["draft_cost_ratio"] == pytest.approx(0.2)
     assert out["by_k"][2]["speedup"] == pytest.approx(200.0 / 66.7)
     assert out["by_k"][2]["bound"] == pytest.approx(3 / 1.4)
-    over = serving_overhead(report, "ray-app", "vllm-k2", 1)
+    over = serving_overhead(report, "ray-app", "vllm-k2", 1, 1)
     assert over["throughput_ratio"] == pytest.approx(0.25)
     assert over["added_p50_ttft_s"] == pytest.approx(0.6)
+    assert over["ready_ratio"] == pytest.approx(1.5)
 
 
 def test_parse_target():

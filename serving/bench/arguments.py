@@ -35,4 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=positive_int, default=64)
     parser.add_argument("--prompt-words", type=positive_int, default=8)
     parser.add_argument("--dataset", choices=["synthetic", "chat"], default="synthetic")
+    parser.add_argument(
+        "--cold-starts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first start each local target alone N times (median start-to-ready, nothing "
+        "else running); 0: time the starts of the load phase (one after another)",
+    )
     parser.add_argument("--out", default="bench-results", help="report directory")

@@ -57,14 +57,19 @@ def run(args: argparse.Namespace) -> int:
         chat=args.dataset == "chat",
     )
     ready: dict[str, float] = {}
+    stages: dict[str, dict[str, float]] = {}
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="dsv4-bench-") as logs:
+        if args.cold_starts > 0:
+            ready, stages = local.cold_starts(args.local, args.cold_starts, Path(logs), _progress)
         for kind in args.local:  # one at a time, so each start is timed alone
             server = local.start(kind, Path(logs), _progress)
             stack.callback(stop_group, server.proc, 60)
             targets.append(server.target)
-            ready[kind] = server.ready_seconds
+            ready.setdefault(kind, server.ready_seconds)
+            stages.setdefault(kind, server.stages)
         result = run_bench(targets, plan, _progress)
     result["ready_seconds"] = ready
+    result["start_stages_seconds"] = stages
     for path in report.write(result, Path(args.out)):
         _progress(f"wrote {path}")
     print(report.markdown({**result, "figures": report.figures(result)}))

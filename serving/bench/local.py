@@ -7,6 +7,8 @@ library (``DSV4_CPU_KERNEL_LIBRARY``), i.e. on our eager fallbacks for DSV4's op
 from __future__ import annotations
 
 import os
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -21,6 +23,18 @@ from serving.golden_engine import DEFAULT_MODEL_DIR, SERVED_MODEL_NAME
 from serving.processes import free_port, stop_group
 
 READY_TIMEOUT_S = 900
+# The Ray Serve app as the preset configures it, and the layouts to compare it with.
+RAY_APP_VARIANTS = {
+    "ray-app": [],
+    "ray-app-python-proxy": ["serving.proxy=python"],
+    # The earlier layout: a separate OpenAiIngress replica, Ray's Python proxy and Ray
+    # Serve LLM's default 50 ms stream batching (kept runnable for one release).
+    "ray-app-old": [
+        "serving.path=ingress",
+        "serving.proxy=python",
+        "serving.stream_batching_interval_ms=50",
+    ],
+}
 
 
 @dataclass
@@ -28,6 +42,39 @@ class LocalServer:
     target: Target
     proc: subprocess.Popen
     ready_seconds: float
+    stages: dict[str, float]
+
+
+# `dsv4-serve up` ends its start with "stages: ray 3.1s, serve 1.2s, replica 28.0s" and
+# the replica logs "engine started in 21.4s"; vLLM's server has no such lines.
+_STAGE = re.compile(r"(ray|serve|replica) (\d+(?:\.\d+)?)s")
+_ENGINE = re.compile(r"engine started in (\d+(?:\.\d+)?)s")
+
+
+def start_stages(log: str) -> dict[str, float]:
+    stages: dict[str, float] = {}
+    for line in log.splitlines():
+        if "[dsv4-serve] stages:" in line:
+            stages |= {name: float(value) for name, value in _STAGE.findall(line)}
+        elif match := _ENGINE.search(line):
+            stages["engine"] = float(match.group(1))
+    return stages
+
+
+def cold_starts(
+    kinds: list[str], times: int, log_dir: Path, progress
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Start each kind alone ``times`` times; median start-to-ready and its stages."""
+    ready: dict[str, list[float]] = {kind: [] for kind in kinds}
+    stages: dict[str, dict[str, float]] = {}
+    for round_ in range(times):
+        for kind in kinds:
+            server = start(kind, log_dir, progress)
+            stop_group(server.proc, 60)
+            ready[kind].append(server.ready_seconds)
+            stages[kind] = server.stages
+            progress(f"cold start {round_ + 1}/{times} {kind}: {server.ready_seconds:.1f} s")
+    return {k: statistics.median(v) for k, v in ready.items()}, stages
 
 
 def _environment(kind: str) -> dict[str, str]:
@@ -46,11 +93,14 @@ def _command(kind: str, port: int) -> tuple[list[str], str | None]:
         k = int(kind.removeprefix("vllm-k"))
         cmd = cli + ["serve-vllm", "--model-dir", str(DEFAULT_MODEL_DIR), "--spec-k", str(k)]
         return cmd + ["--port", str(port)], f"http://127.0.0.1:{port}/metrics"
-    if kind == "ray-app":
+    if kind in RAY_APP_VARIANTS:
         metrics = free_port()
         cmd = cli + ["up", "cpu-tiny", "--port", str(port), "--ray-metrics-port", str(metrics)]
+        for assignment in RAY_APP_VARIANTS[kind]:
+            cmd += ["--set", assignment]
         return cmd, f"http://127.0.0.1:{metrics}/metrics"
-    raise ValueError(f"unknown local target {kind!r}: use vllm-k0..vllm-k8 or ray-app")
+    known = ", ".join(RAY_APP_VARIANTS)
+    raise ValueError(f"unknown local target {kind!r}: use vllm-k0..vllm-k8, {known}")
 
 
 def _answers(base_url: str) -> bool:
@@ -80,5 +130,8 @@ def start(kind: str, log_dir: Path, progress) -> LocalServer:
             raise RuntimeError(f"{kind} not ready after {READY_TIMEOUT_S} s; see {log}")
         time.sleep(1)
     ready = time.monotonic() - t0
-    progress(f"{kind} ready in {ready:.1f} s")
-    return LocalServer(Target(kind, base_url, SERVED_MODEL_NAME, metrics_url), proc, ready)
+    time.sleep(0.5)  # let `up` print its stage line
+    stages = start_stages(log.read_text(errors="replace"))
+    progress(f"{kind} ready in {ready:.1f} s {stages or ''}")
+    target = Target(kind, base_url, SERVED_MODEL_NAME, metrics_url)
+    return LocalServer(target, proc, ready, stages)

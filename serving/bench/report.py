@@ -39,18 +39,17 @@ def figures(report: dict) -> dict:
             for c in report["plan"]["concurrency"]
             if c != low
         ]
-    if "ray-app" in names and "vllm-k2" in names:
-        high = max(report["plan"]["concurrency"])
-        out["serving_overhead"] = serving_overhead(report, "ray-app", "vllm-k2", high)
+    if "vllm-k2" in names:
+        low, high = min(report["plan"]["concurrency"]), max(report["plan"]["concurrency"])
+        rows = [
+            serving_overhead(report, name, "vllm-k2", low, high)
+            for name in report["targets"]
+            if name.startswith("ray-app")
+        ]
+        if rows := [r for r in rows if r]:
+            out["serving_overhead"] = rows
     if cost := kernel_library_cost(report):
         out["kernel_libraries"] = cost
-    ready = report.get("ready_seconds", {})
-    if "ray-app" in ready and "vllm-k2" in ready:
-        out["cold_start"] = {
-            "ray_app_s": ready["ray-app"],
-            "vllm_server_s": ready["vllm-k2"],
-            "ratio": ready["ray-app"] / ready["vllm-k2"],
-        }
     return out
 
 
@@ -86,13 +85,24 @@ def markdown(report: dict) -> str:
                 f" | {_num(row['acceptance_length'])} | {_num(row['bound'], '{:.2f}x')} |"
             )
     if extra.get("serving_overhead"):
-        o = extra["serving_overhead"]
         lines += [
             "",
-            f"Serving overhead at c={o['concurrency']}: Ray Serve app / vLLM server"
-            f" throughput ratio {o['throughput_ratio']:.2f},"
-            f" added p50 TTFT {o['added_p50_ttft_s'] * 1000:.0f} ms.",
+            "Serving overhead against vLLM's own server (vllm-k2, same engine arguments):",
+            "",
+            "| target | tok/s ratio (high c) | added p50 TTFT ms (low c) | p90 TTFT ratio (high c)"
+            " | start to ready s | ratio |",
+            "|---|---|---|---|---|---|",
         ]
+        for o in extra["serving_overhead"]:
+            added = o["added_p50_ttft_s"]
+            lines.append(
+                f"| {o['target']} | {o['throughput_ratio']:.2f}"
+                f" | {'-' if added is None else f'{added * 1000:+.0f}'}"
+                f" | {_num(o['p90_ttft_ratio'])}"
+                f" | {_num(o.get('ready_s'), '{:.1f}')}"
+                f" vs {_num(o.get('baseline_ready_s'), '{:.1f}')}"
+                f" | {_num(o['ready_ratio'])} |"
+            )
     if extra.get("kernel_libraries"):
         lines += [
             "",
@@ -107,13 +117,6 @@ def markdown(report: dict) -> str:
                 f" | {row['tokens_per_s']:.1f} | {row['baseline_tokens_per_s']:.1f}"
                 f" | {row['throughput_ratio']:.2f} |"
             )
-    if extra.get("cold_start"):
-        c = extra["cold_start"]
-        lines += [
-            "",
-            f"Cold start: Ray Serve app {c['ray_app_s']:.1f} s, vLLM server"
-            f" {c['vllm_server_s']:.1f} s, ratio {c['ratio']:.2f}.",
-        ]
     return "\n".join(lines) + "\n"
 
 
