@@ -59,23 +59,34 @@ def build(args: dict[str, Any]) -> Any:
         thresholds={config.model_id: profile.monitoring.model_dump()},
     )
     if profile.serving.path == "direct":
-        return _direct(config, gateway)
+        return _direct(config, gateway, profile)
     return _with_ingress(config, gateway)
 
 
-def _direct(config: Any, gateway: Any) -> Any:
+def _direct(config: Any, gateway: Any, profile: Profile) -> Any:
     """One deployment: the engine replica is the ingress and serves vLLM's app."""
     from ray import serve
     from ray.serve.llm import build_llm_deployment
 
+    from serving.gateway.admission import ray_limits
     from serving.gateway.server import Dsv4Server
 
+    limits = profile.deployment
+    gateway = gateway.model_copy(
+        update={
+            "max_ongoing_requests": limits.max_ongoing_requests,
+            "max_queued_requests": limits.max_queued_requests,
+        }
+    )
     return build_llm_deployment(
         config,
         name_prefix="",
         deployment_cls=serve.ingress()(Dsv4Server),
         bind_kwargs={"gateway": gateway.model_dump()},
-        override_serve_options={"name": DIRECT_NAME},
+        override_serve_options={
+            "name": DIRECT_NAME,
+            **ray_limits(limits.max_ongoing_requests, limits.max_queued_requests),
+        },
     )
 
 
@@ -90,7 +101,7 @@ def _with_ingress(config: Any, gateway: Any) -> Any:
     from serving.ray_private import openai_ingress_app, to_model_metadata
 
     app = openai_ingress_app()
-    wrap_app(app, models=[config.model_id])
+    wrap_app(app, models=[config.model_id], options=gateway)
     ingress_cls = make_fastapi_ingress(Dsv4Ingress, app=app)
     options = Dsv4Ingress.get_deployment_options(llm_configs=[config])
     options["name"] = INGRESS_NAME

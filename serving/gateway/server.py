@@ -28,5 +28,5 @@ class Dsv4Server(LLMServer):
 
     async def __serve_build_asgi_app__(self) -> Any:
         app = await super().__serve_build_asgi_app__()
-        wrap_app(app, models=[self._llm_config.model_id])
+        wrap_app(app, models=[self._llm_config.model_id], options=self._gateway)
         return app

@@ -9,6 +9,7 @@ from prometheus_client import start_http_server
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
+from serving.gateway.admission import Admission
 from serving.gateway.auth import ApiKeyAuth
 from serving.gateway.errors import http_exception_as_openai
 from serving.gateway.metrics import (
@@ -31,15 +32,25 @@ class GatewayOptions(BaseModel):
     metrics_port: int | None = Field(None, ge=1, le=65535)
     metrics_host: str = "0.0.0.0"
     thresholds: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # Admission limits enforced by the gateway (direct path); None: Ray's own apply.
+    max_ongoing_requests: int | None = Field(None, ge=1)
+    max_queued_requests: int = Field(-1, ge=-1)
 
 
-def wrap_app(app: Any, models: list[str]) -> None:
+def wrap_app(app: Any, models: list[str], options: GatewayOptions) -> None:
     """Put the gateway around a FastAPI app, outermost first: metrics (see every
-    request), auth, input checks, overload answers (Retry-After, JSON body)."""
+    request), auth, input checks, overload answers (Retry-After, JSON body), and the
+    admission limits where the gateway enforces them."""
     # vLLM's build_app builds its middleware stack eagerly: drop it so Starlette
     # rebuilds the stack, with ours, on the first request.
     app.middleware_stack = None
     app.add_exception_handler(HTTPException, http_exception_as_openai)
+    if options.max_ongoing_requests is not None:
+        app.add_middleware(
+            Admission,
+            max_ongoing=options.max_ongoing_requests,
+            max_queued=options.max_queued_requests,
+        )
     app.add_middleware(OverloadResponses)
     app.add_middleware(RequestGuard)
     app.add_middleware(ApiKeyAuth)
