@@ -12,7 +12,9 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from serving.gateway import metrics
+from serving.gateway.admission import Admission, ray_limits
 from serving.gateway.auth import ApiKeyAuth, KeySource, key_matches
+from serving.gateway.failures import FailureAnswers
 
 
 async def _completions(request):
@@ -183,3 +185,75 @@ def test_model_label_comes_from_the_body_and_only_names_served_models(body: byte
 )
 def test_route_labels_come_from_a_fixed_set(path: str, label: str):
     assert metrics.route_label(path) == label
+
+
+# -- admission limits and failures after acceptance (direct path) ----------------------
+
+
+def _slow_app(release: asyncio.Event, entered: list):
+    async def completions(request):
+        entered.append(1)
+        await release.wait()
+        return JSONResponse({"ok": True})
+
+    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+    app.add_middleware(Admission, max_ongoing=2, max_queued=1)
+    return app
+
+
+def test_admission_runs_two_queues_one_and_rejects_the_rest_as_openai_503():
+    async def run():
+        release, entered = asyncio.Event(), []
+        transport = httpx.ASGITransport(app=_slow_app(release, entered))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            tasks = [asyncio.create_task(client.post("/v1/completions", json={})) for _ in range(5)]
+            await asyncio.sleep(0.2)
+            running = len(entered)
+            release.set()
+            return running, await asyncio.gather(*tasks)
+
+    running, responses = asyncio.run(run())
+    assert running == 2  # the third waited for a slot
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [200, 200, 200, 503, 503]
+    rejected = next(r for r in responses if r.status_code == 503)
+    assert rejected.headers["retry-after"] == "2"
+    assert rejected.json()["error"]["code"] == 503 and "busy" in rejected.json()["error"]["message"]
+
+
+def test_ray_limits_never_bind_before_the_gateway():
+    limits = ray_limits(4, 4)
+    assert limits["max_ongoing_requests"] > 4 + 4 and limits["max_queued_requests"] == -1
+
+
+def _failing_app(fail_after_chunks: int | None):
+    async def completions(request):
+        if fail_after_chunks is None:
+            raise RuntimeError("engine gone")
+
+        async def chunks():
+            for i in range(fail_after_chunks):
+                yield f"data: {i}\n\n"
+            raise RuntimeError("engine gone")
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+    app.add_middleware(FailureAnswers)
+    return app
+
+
+def test_a_stream_cut_by_a_failure_ends_in_an_error_event():
+    client = httpx.Client(transport=_SyncASGI(_failing_app(2)), base_url="http://gw")
+    response = client.post("/v1/completions", json={"stream": True})
+    events = [line for line in response.text.split("\n\n") if line]
+    assert events[:2] == ["data: 0", "data: 1"]
+    assert '"error"' in events[2] and "RuntimeError" in events[2]
+    assert events[-1] == "data: [DONE]"
+
+
+def test_a_failure_before_answering_is_a_json_500():
+    client = httpx.Client(transport=_SyncASGI(_failing_app(None)), base_url="http://gw")
+    response = client.post("/v1/completions", json={})
+    assert response.status_code == 500
+    assert response.json()["error"]["type"] == "internal_server_error"

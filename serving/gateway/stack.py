@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from serving.gateway.admission import Admission
 from serving.gateway.auth import ApiKeyAuth
 from serving.gateway.errors import http_exception_as_openai
+from serving.gateway.failures import FailureAnswers
 from serving.gateway.metrics import (
     REGISTRY,
     GatewayMetrics,
@@ -39,8 +40,8 @@ class GatewayOptions(BaseModel):
 
 def wrap_app(app: Any, models: list[str], options: GatewayOptions) -> None:
     """Put the gateway around a FastAPI app, outermost first: metrics (see every
-    request), auth, input checks, overload answers (Retry-After, JSON body), and the
-    admission limits where the gateway enforces them."""
+    request), auth, input checks, overload answers (Retry-After, JSON body), errors
+    after acceptance, and the admission limits where the gateway enforces them."""
     # vLLM's build_app builds its middleware stack eagerly: drop it so Starlette
     # rebuilds the stack, with ours, on the first request.
     app.middleware_stack = None
@@ -51,6 +52,7 @@ def wrap_app(app: Any, models: list[str], options: GatewayOptions) -> None:
             max_ongoing=options.max_ongoing_requests,
             max_queued=options.max_queued_requests,
         )
+    app.add_middleware(FailureAnswers)
     app.add_middleware(OverloadResponses)
     app.add_middleware(RequestGuard)
     app.add_middleware(ApiKeyAuth)
