@@ -37,7 +37,20 @@ def resolve(choice: str) -> str:
 
 
 def environment(proxy: str) -> dict[str, str]:
-    return {"RAY_SERVE_ENABLE_HA_PROXY": "1" if proxy == HAPROXY else "0"}
+    if proxy != HAPROXY:
+        return {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
+    return {
+        "RAY_SERVE_ENABLE_HA_PROXY": "1",
+        # Retry on another replica when one refuses the connection (gone), closes it
+        # without an answer (died mid-request) or answers 503 (busy, or its engine died:
+        # serving/gateway/admission.py). Ray's default is conn-failure only.
+        "RAY_SERVE_HAPROXY_RETRY_ON": "conn-failure empty-response 503",
+        # leastconn favours a replica that fails fast: give the retries room to move on,
+        # and let failed connections mark a replica down at once (not after 2 checks 5 s
+        # apart), so retries go to the survivors.
+        "RAY_SERVE_HAPROXY_RETRIES": "6",
+        "RAY_SERVE_HAPROXY_OBSERVE_MARK_DOWN_ENABLED": "1",
+    }
 
 
 def haproxy_pids() -> set[int]:
@@ -52,20 +65,32 @@ def haproxy_pids() -> set[int]:
     return pids
 
 
-def stop_leftover_haproxy(before: set[int], grace_s: float = 10) -> list[int]:
-    """End HAProxy processes started since ``before`` that outlived Ray's shutdown (Ray
-    starts HAProxy from an actor; if that actor is killed, HAProxy is orphaned)."""
+def stop_leftover_haproxy(before: set[int], settle_s: float = 5, grace_s: float = 10) -> list[int]:
+    """End HAProxy processes started since ``before`` that outlived Ray's shutdown.
+
+    Ray starts HAProxy from an actor and starts a new HAProxy on every reload; one
+    started while Ray shuts down (a reload for a replica being removed) outlives the
+    actor. So this watches for ``settle_s`` and ends each new one it sees.
+    """
+    import time
+
     import psutil
 
-    leftovers = []
-    for pid in haproxy_pids() - before:
-        try:
-            leftovers.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            continue
-    for proc in leftovers:
-        proc.terminate()
-    _, alive = psutil.wait_procs(leftovers, timeout=grace_s)
-    for proc in alive:
-        proc.kill()
-    return [p.pid for p in leftovers]
+    stopped: list[int] = []
+    deadline = time.monotonic() + settle_s
+    while True:
+        leftovers = []
+        for pid in haproxy_pids() - before - set(stopped):
+            try:
+                leftovers.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                continue
+        for proc in leftovers:
+            proc.terminate()
+        _, alive = psutil.wait_procs(leftovers, timeout=grace_s)
+        for proc in alive:
+            proc.kill()
+        stopped += [p.pid for p in leftovers]
+        if time.monotonic() >= deadline:
+            return stopped
+        time.sleep(0.5)

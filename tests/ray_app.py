@@ -33,10 +33,17 @@ def ray_app(
     base = f"http://127.0.0.1:{ports['api']}"
     auth = {"Authorization": f"Bearer {key}"}
     env = {"DSV4_API_KEYS": key}
-    with running_server(cmd, f"{base}/v1/models", log, env, 400, auth, ROOT) as proc:
+    # `up` drains, then Serve and Ray stop (Serve waits up to 30 s for its controller):
+    # give it time to end everything it started before the group is killed.
+    with running_server(cmd, f"{base}/v1/models", log, env, 400, auth, ROOT, 150) as proc:
         # `up` says when the app is ready (the proxy may answer before the engine has loaded).
         deadline = time.monotonic() + 400
         while READY_LINE not in log.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(1)
         yield {"proc": proc, "base": base, "ports": ports, "log": log, "ray_before": before}
+    # Stopped (running_server ends the process group): nothing of Ray or HAProxy is left.
+    deadline = time.monotonic() + 60
+    while ray_pids() - before:
+        assert time.monotonic() < deadline, f"left behind: {ray_pids() - before}"
+        time.sleep(1)

@@ -29,8 +29,10 @@ def running_server(
     timeout: float = 300,
     headers: dict[str, str] | None = None,
     cwd: Path | None = None,
+    stop_grace_s: float = 30,
 ) -> Iterator[subprocess.Popen]:
-    """Start ``cmd`` in its own process group; stop the whole group on exit."""
+    """Start ``cmd`` in its own process group; stop the whole group on exit (SIGTERM,
+    SIGKILL after ``stop_grace_s``)."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             cmd,
@@ -56,7 +58,7 @@ def running_server(
                 time.sleep(1)
             yield proc
         finally:
-            stop_group(proc)
+            stop_group(proc, stop_grace_s)
 
 
 PYTHON = sys.executable

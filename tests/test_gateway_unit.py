@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from serving.gateway import metrics
-from serving.gateway.admission import Admission, ray_limits
+from serving.gateway.admission import Admission, EngineLiveness, ray_limits
 from serving.gateway.auth import ApiKeyAuth, KeySource, key_matches
 from serving.gateway.failures import FailureAnswers
 
@@ -257,3 +257,23 @@ def test_a_failure_before_answering_is_a_json_500():
     response = client.post("/v1/completions", json={})
     assert response.status_code == 500
     assert response.json()["error"]["type"] == "internal_server_error"
+
+
+def test_a_replica_whose_engine_died_holds_new_requests_and_ends_itself():
+    async def dead() -> bool:
+        return False
+
+    async def completions(request):
+        raise AssertionError("must not reach the engine")
+
+    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+    ended = []
+    liveness = EngineLiveness(dead, on_dead=lambda: ended.append(1), hold_s=0.2)
+    app.add_middleware(Admission, max_ongoing=2, max_queued=1, liveness=liveness)
+    client = httpx.Client(transport=_SyncASGI(app), base_url="http://gw")
+    t0 = time.monotonic()
+    response = client.post("/v1/completions", json={})
+    # Held unanswered (the replica ends meanwhile); if it did not, a 503 in the end.
+    assert time.monotonic() - t0 >= 0.2 and ended == [1]
+    assert response.status_code == 503 and response.headers["retry-after"] == "2"
+    assert "engine stopped" in response.json()["error"]["message"]

@@ -6,15 +6,21 @@ Python proxy) sends each request straight to the replica that holds the engine, 
 vLLM's FastAPI app streams tokens back without Ray Serve LLM's stream batching.
 """
 
+import asyncio
 import logging
+import os
 import time
 from typing import Any
 
 from ray.serve.llm import LLMServer
 
+from serving.gateway.admission import EngineLiveness
 from serving.gateway.stack import GatewayOptions, start_metrics_server, wrap_app
 
 logger = logging.getLogger("ray.serve.dsv4")  # logged with the replica's own lines
+
+
+EXIT_DELAY_S = 0.05
 
 
 class Dsv4Server(LLMServer):
@@ -28,5 +34,22 @@ class Dsv4Server(LLMServer):
 
     async def __serve_build_asgi_app__(self) -> Any:
         app = await super().__serve_build_asgi_app__()
-        wrap_app(app, models=[self._llm_config.model_id], options=self._gateway)
+        liveness = EngineLiveness(self._engine_alive, on_dead=self._end_replica_soon)
+        wrap_app(app, models=[self._llm_config.model_id], options=self._gateway, liveness=liveness)
         return app
+
+    async def _engine_alive(self) -> bool:
+        try:
+            await self.check_health()
+        except Exception:
+            return False
+        return True
+
+    def _end_replica_soon(self) -> None:
+        """The engine is gone and will not come back in this process. Serve would stop
+        the replica after its next health check (seconds), while HAProxy keeps sending
+        it requests; ending the process now makes HAProxy retry the requests it holds
+        on a survivor and Serve start a replacement. The short delay lets in-flight
+        streams flush the error event vLLM gives them."""
+        logger.error("engine died; ending this replica so Serve replaces it")
+        asyncio.get_running_loop().call_later(EXIT_DELAY_S, os._exit, 70)

@@ -9,7 +9,7 @@ from prometheus_client import start_http_server
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
-from serving.gateway.admission import Admission
+from serving.gateway.admission import Admission, EngineLiveness
 from serving.gateway.auth import ApiKeyAuth
 from serving.gateway.errors import http_exception_as_openai
 from serving.gateway.failures import FailureAnswers
@@ -38,7 +38,12 @@ class GatewayOptions(BaseModel):
     max_queued_requests: int = Field(-1, ge=-1)
 
 
-def wrap_app(app: Any, models: list[str], options: GatewayOptions) -> None:
+def wrap_app(
+    app: Any,
+    models: list[str],
+    options: GatewayOptions,
+    liveness: EngineLiveness | None = None,
+) -> None:
     """Put the gateway around a FastAPI app, outermost first: metrics (see every
     request), auth, input checks, overload answers (Retry-After, JSON body), errors
     after acceptance, and the admission limits where the gateway enforces them."""
@@ -51,6 +56,7 @@ def wrap_app(app: Any, models: list[str], options: GatewayOptions) -> None:
             Admission,
             max_ongoing=options.max_ongoing_requests,
             max_queued=options.max_queued_requests,
+            liveness=liveness,
         )
     app.add_middleware(FailureAnswers)
     app.add_middleware(OverloadResponses)
