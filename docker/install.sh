@@ -29,6 +29,12 @@ say "keeping: $(tr '\n' ' ' < "$constraints")"
   -r "$requirements" "$wheel"
 rm -f "$constraints" "$wheel" "$requirements"
 
+# The chart's download Job runs the image's own `hf` CLI (huggingface_hub 1.0 removed
+# huggingface-cli); fail here rather than in a cluster.
+HF_HUB_DISABLE_UPDATE_CHECK=1 "$python" -m huggingface_hub.cli.hf download --help >/dev/null \
+  || { say "the base image's huggingface_hub has no hf CLI (the download Job needs it)" >&2; exit 1; }
+say "hf CLI: huggingface_hub $("$python" -c 'import huggingface_hub as h; print(h.__version__)')"
+
 if ! id -u dsv4 >/dev/null 2>&1; then
   useradd --uid 1000 --create-home --shell /bin/bash dsv4
 fi

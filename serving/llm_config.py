@@ -45,6 +45,19 @@ def deployment_config(profile: Profile) -> dict[str, Any]:
     return out
 
 
+def placement_strategy(profile: Profile) -> str:
+    """How Ray places one replica's one-GPU bundles (vLLM needs one GPU per bundle).
+
+    One node: STRICT_PACK, the whole TP group on one node or not at all. Several nodes:
+    PACK fills whole nodes (each worker pod is one node of per_replica/nodes GPUs, a
+    multiple of TP), and vLLM's Ray executor orders ranks node by node
+    (vllm/v1/executor/ray_executor.py, sort_by_driver_then_worker_ip), so each TP group
+    stays inside one node. SPREAD would deal bundles round-robin over every free node
+    and split TP groups as soon as more nodes are free than a replica needs.
+    """
+    return "STRICT_PACK" if profile.parallelism.nodes == 1 else "PACK"
+
+
 def llm_config(profile: Profile, model_source: str) -> dict[str, Any]:
     acc = profile.accelerator
     config: dict[str, Any] = {
@@ -66,11 +79,12 @@ def llm_config(profile: Profile, model_source: str) -> dict[str, Any]:
         config["accelerator_config"] = {"kind": "cpu"}
         config["placement_group_config"] = {"bundles": [{"CPU": 1}] * acc.per_replica}
     else:
+        # Ray Serve LLM adds `accelerator_type:<TYPE>` to each bundle; the chart's worker
+        # groups advertise that resource so the autoscaler can start them from zero.
         config["accelerator_type"] = RAY_ACCELERATOR_TYPES[acc.type]
-        strategy = "PACK" if profile.parallelism.nodes == 1 else "SPREAD"
         config["placement_group_config"] = {
             "bundles": [{"GPU": 1, "CPU": 1}] * acc.per_replica,
-            "strategy": strategy,
+            "strategy": placement_strategy(profile),
         }
         if profile.parallelism.nodes > 1:
             config["engine_kwargs"]["distributed_executor_backend"] = "ray"

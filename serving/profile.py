@@ -40,6 +40,9 @@ class ModelSpec(_Strict):
 class Speculation(_Strict):
     method: Literal["mtp", "dspark", "none"]
     num_speculative_tokens: int = Field(0, ge=0, le=8)
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = Field(
+        None, description="vLLM's draft sampling (the DSpark recipes use probabilistic)"
+    )
 
     @model_validator(mode="after")
     def _k_matches_method(self) -> Speculation:
@@ -47,12 +50,20 @@ class Speculation(_Strict):
             raise ValueError("num_speculative_tokens must be 0 when method is 'none'")
         if self.method != "none" and not self.num_speculative_tokens:
             raise ValueError(f"method {self.method!r} needs num_speculative_tokens >= 1")
+        if self.method == "none" and self.draft_sample_method:
+            raise ValueError("draft_sample_method needs a speculative method")
         return self
 
     def vllm_config(self) -> dict[str, Any] | None:
         if self.method == "none":
             return None
-        return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        out: dict[str, Any] = {
+            "method": self.method,
+            "num_speculative_tokens": self.num_speculative_tokens,
+        }
+        if self.draft_sample_method:
+            out["draft_sample_method"] = self.draft_sample_method
+        return out
 
 
 class Accelerator(_Strict):
@@ -147,6 +158,11 @@ class Profile(_Strict):
     name: str
     description: str
     sources: list[str] = Field(min_length=1, description="where the values come from")
+    unvalidated: str | None = Field(
+        None,
+        min_length=1,
+        description="why no published recipe validates this preset (None: one does)",
+    )
     model: ModelSpec
     speculation: Speculation
     accelerator: Accelerator
@@ -172,6 +188,16 @@ class Profile(_Strict):
                 raise ValueError(
                     f"{acc.per_replica} GPUs per replica do not fit on {par.nodes} node(s) "
                     f"of {per_node} {acc.type}"
+                )
+        if par.nodes > 1:
+            # One pod per node holds per_replica/nodes GPUs; vLLM numbers ranks node by
+            # node, so a TP group stays on one node only if it divides that count.
+            per_pod, rest = divmod(acc.per_replica, par.nodes)
+            if rest or per_pod % par.tensor:
+                raise ValueError(
+                    f"tensor={par.tensor} across {par.nodes} nodes of {acc.per_replica} GPUs: "
+                    "each node must hold whole tensor-parallel groups "
+                    "(per_replica/nodes a multiple of tensor)"
                 )
         reserved = {"speculative_config", "tensor_parallel_size", "pipeline_parallel_size", "model"}
         clash = reserved & set(self.engine_args)
@@ -203,11 +229,12 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
 
-def _deep_merge(base: dict, extra: dict) -> dict:
+def deep_merge(base: dict, extra: dict) -> dict:
+    """``extra`` over ``base``, nested mappings merged key by key (Helm's rule too)."""
     out = copy.deepcopy(base)
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -266,9 +293,9 @@ def load_profile(
 ) -> Profile:
     data = raw_profile(preset)
     for file in override_files or []:
-        data = _deep_merge(data, _read_yaml(Path(file), "override file"))
+        data = deep_merge(data, _read_yaml(Path(file), "override file"))
     for extra in overrides or []:
-        data = _deep_merge(data, extra)
+        data = deep_merge(data, extra)
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:

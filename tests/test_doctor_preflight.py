@@ -126,9 +126,9 @@ def test_autoscaling_beyond_the_cluster_warns(capsys, tmp_path, shared_dir):
 
 
 def test_multi_node_preset_needs_two_hosts(capsys, tmp_path, shared_dir):
-    one = [*sc.h200_nodes(1), *sc.cpu_nodes()]
+    one = [dc.node("mi300x-a", "MI300X", memory_gi=2048), *sc.cpu_nodes()]
     code, report = preflight(
-        capsys, tmp_path, dc.cluster_base(shared_dir, one, sc.SHARED_STORAGE), "h200-pro-mtp"
+        capsys, tmp_path, dc.cluster_base(shared_dir, one, sc.SHARED_STORAGE), "mi300x-pro-mtp"
     )
     assert code == 1
     assert only(report, "gpu.placement")["title"].startswith(
@@ -171,16 +171,20 @@ def test_mixed_gpu_products_without_a_selector_warn(capsys, tmp_path, shared_dir
 
 
 def test_arm64_gpu_nodes_meet_an_amd64_image(capsys, tmp_path, shared_dir):
-    """GB300 trays are Grace (arm64); `make images` builds amd64."""
+    """GB300 trays are Grace (arm64): an amd64-only image cannot run there; the chart's
+    default CUDA image (amd64 + arm64, what `make images` builds) can."""
     nodes = [dc.node(f"gb300-{i}", "GB300", gpus=4, arch="arm64", memory_gi=1800) for i in "ab"]
     objects = dc.cluster_base(shared_dir, [*nodes, *sc.cpu_nodes()], sc.SHARED_STORAGE)
-    code, report = preflight(capsys, tmp_path, objects, "gb300-pro-mtp")
+    amd64_only = ["--set", "image.cuda.arches=[amd64]"]
+    code, report = preflight(capsys, tmp_path, objects, "gb300-pro-mtp", *amd64_only)
     assert code == 1
     finding = only(report, "gpu.arch")
     assert finding["status"] == "fail"
     assert "the GPU nodes are arm64 but the image" in finding["title"]
     assert "linux/arm64" in finding["fix"]
     assert only(report, "gpu.product")["status"] == "pass"
+    code, report = preflight(capsys, tmp_path, objects, "gb300-pro-mtp")
+    assert code == 0, failed(report)
     code, report = preflight(capsys, tmp_path, objects, "gb300-pro-mtp", "--image-arch", "arm64")
     assert code == 0, failed(report)
 

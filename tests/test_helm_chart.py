@@ -4,8 +4,6 @@ resources against the CRDs in ../shared), and compare serveConfigV2 with
 `dsv4-serve render-serve-config`."""
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,22 +12,13 @@ import pytest
 import yaml
 
 from serving import generated
+from serving.app import resolve
 from serving.chart.presets_table import presets_table
+from tests.chart_render import CHART, ROOT, by_kind, helm, render
 from tests.crd_schema import CrdValidator
 from tests.server_process import PYTHON
 
-ROOT = Path(__file__).resolve().parent.parent
-CHART = generated.CHART_DIR
-HELM = os.environ.get("HELM") or (
-    str(ROOT / ".cache/tools/helm") if (ROOT / ".cache/tools/helm").exists() else None
-)
-HELM = HELM or shutil.which("helm")
 KUBE_VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
-MONITORING_APIS = [
-    "monitoring.coreos.com/v1/PodMonitor",
-    "monitoring.coreos.com/v1/ServiceMonitor",
-    "monitoring.coreos.com/v1/PrometheusRule",
-]
 CUSTOM_KINDS = {
     "RayService": "ray.io_rayservices.yaml",
     "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
@@ -39,27 +28,6 @@ CUSTOM_KINDS = {
 # Gateway API is not in ../shared/crds or kubernetes-validate: rendered, not validated.
 UNVALIDATED_KINDS = {"HTTPRoute"}
 PRESETS = presets_table()
-
-
-def helm(*args: str) -> subprocess.CompletedProcess:
-    assert HELM, "helm missing: `make deps` installs it into .cache/tools"
-    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120)
-
-
-def render(
-    tmp_path: Path, values: dict, apis: list[str] = MONITORING_APIS, expect_ok: bool = True
-) -> list[dict] | str:
-    values_file = tmp_path / "values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
-    args = ["template", "rel", str(CHART), "-n", "dsv4", "-f", str(values_file)]
-    for api in apis:
-        args += ["--api-versions", api]
-    out = helm(*args)
-    if not expect_ok:
-        assert out.returncode != 0, "helm template accepted bad values"
-        return out.stderr
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +46,6 @@ def validate_all(objects: list[dict], crds: dict[str, CrdValidator]) -> None:
                     kubernetes_validate.validate(obj, version, strict=True)
                 except kubernetes_validate.ValidationError as exc:
                     pytest.fail(f"{name} invalid for Kubernetes {version}: {exc.message}")
-
-
-def by_kind(objects: list[dict], kind: str) -> list[dict]:
-    return [o for o in objects if o["kind"] == kind]
 
 
 def test_helm_lint_strict():
@@ -138,14 +102,29 @@ def test_serve_config_is_what_render_serve_config_prints(preset: str, tmp_path: 
         {"preset": preset, "platform": row["platform"], "serve": {"set": user_sets, "port": 8100}},
     )
     in_chart = yaml.safe_load(by_kind(objects, "RayService")[0]["spec"]["serveConfigV2"])
-    model_set = f"model.source=/models/{row['modelSource']}"
+    sets = in_chart["applications"][0]["args"]["set"]
+    # The chart's own overrides first (weights path, replica counts), then the user's.
+    assert sets[0] == f"model.source=/models/{row['modelSource']}"
+    assert sets[-len(user_sets) :] == user_sets
+    assert all(item.startswith("deployment.") for item in sets[1 : -len(user_sets)])
     cmd = [PYTHON, "-m", "serving.cli", "render-serve-config", preset, "--port", "8100"]
     cmd += ["--host", "0.0.0.0"]
-    for item in [model_set, *user_sets]:
+    for item in sets:
         cmd += ["--set", item]
     cli = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert in_chart == yaml.safe_load(cli.stdout)
+    # The chart's replica counts are what the worker group runs.
+    profile = resolve(in_chart["applications"][0]["args"])[1]
+    (group,) = by_kind(objects, "RayService")[0]["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    scaling = profile.deployment.autoscaling
+    if scaling:
+        assert (scaling.min_replicas, scaling.max_replicas) == (
+            group["minReplicas"],
+            group["maxReplicas"],
+        )
+    else:
+        assert profile.deployment.replicas == group["minReplicas"] == group["maxReplicas"]
 
 
 def test_monitoring_objects_carry_the_one_copy_of_rules_and_dashboard(tmp_path: Path):
@@ -196,7 +175,7 @@ EDGE_VALUES = {
         "model": {"pvc": {"existingClaim": "dsv4-weights", "create": False}},
     },
     "multi-host-rocm": {"preset": "mi300x-pro-mtp", "platform": "rocm"},
-    "multi-host-rdma": {
+    "rdma-h200-pro": {
         "preset": "h200-pro-mtp",
         "rdma": {"enabled": True},
         "hostIPC": True,
@@ -254,7 +233,7 @@ def test_edge_values_render_valid_objects(case: str, tmp_path: Path, crds):
         assert volumes["model"]["persistentVolumeClaim"]["claimName"] == "dsv4-weights"
     if case.startswith("multi-host"):
         assert spec["workerGroupSpecs"][0]["numOfHosts"] == 2
-    if case == "multi-host-rdma":
+    if case == "rdma-h200-pro":
         limits = worker["containers"][0]["resources"]["limits"]
         assert limits["rdma/hca"] == 1 and worker["hostIPC"] is True
         assert "IPC_LOCK" in worker["containers"][0]["securityContext"]["capabilities"]["add"]
@@ -294,8 +273,9 @@ def test_edge_values_render_valid_objects(case: str, tmp_path: Path, crds):
 
 def test_network_policy_keeps_metrics_to_the_monitoring_namespace(tmp_path: Path):
     (policy,) = by_kind(render(tmp_path, {}), "NetworkPolicy")
-    api, metrics, ray = policy["spec"]["ingress"]
+    api, operator, metrics, ray = policy["spec"]["ingress"]
     assert api["ports"] == [{"port": 8000, "protocol": "TCP"}] and "from" not in api
+    assert {p["port"] for p in operator["ports"]} == {8265, 8000}
     assert {p["port"] for p in metrics["ports"]} == {8080, 9464}
     (peer,) = metrics["from"]
     assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}

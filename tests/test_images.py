@@ -262,3 +262,146 @@ def test_image_requirements_are_exact_and_those_of_the_cpu_lock():
     assert len(image) == len(lines), f"every image requirement must be pinned with ==: {lines}"
     lock = _pins((ROOT / "requirements-cpu.lock").read_text())
     assert {name: lock.get(name) for name in image} == image
+
+
+# --- finding 7: one manifest list per image, arm64 for GB300 ---------------------------
+
+
+def test_make_images_builds_cuda_for_amd64_and_arm64_as_one_manifest_list():
+    out = subprocess.run(
+        [
+            "make",
+            "-n",
+            "--no-print-directory",
+            "images",
+            "REGISTRY=reg.example/x",
+            "BUILDER=buildah",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.replace("\\\n", " ")
+    builds = [ln for ln in out.splitlines() if " build " in f" {ln.strip()} "]
+    cuda = [b for b in builds if "Dockerfile.cuda" in b]
+    rocm = [b for b in builds if "Dockerfile.rocm" in b]
+    assert len(cuda) == len(rocm) == 1, builds
+    assert "--platform linux/amd64,linux/arm64" in cuda[0]
+    assert "--manifest reg.example/x/dsv4-serve-cuda:" in cuda[0]
+    assert "--platform linux/amd64 " in rocm[0] + " "  # vLLM's ROCm base is amd64 only
+
+
+def _static_binaries(cache: Path) -> str:
+    """ruff (the lock's version) as static musl binaries for amd64 and arm64: small programs
+    that run in a FROM scratch image, natively and under qemu."""
+    version = _pins((ROOT / "requirements-cpu.lock").read_text())["ruff"]
+    cache.mkdir(parents=True, exist_ok=True)
+    for arch, tag in (("amd64", "x86_64"), ("arm64", "aarch64")):
+        target = cache / f"ruff-{arch}"
+        if target.exists():
+            continue
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                f"ruff=={version}",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--platform",
+                f"musllinux_1_2_{tag}",
+                "-d",
+                str(cache),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        import zipfile
+
+        (wheel,) = cache.glob(f"ruff-{version}-*musllinux_1_2_{tag}.whl")
+        with zipfile.ZipFile(wheel) as zf:
+            (member,) = [n for n in zf.namelist() if n.endswith("/scripts/ruff")]
+            target.write_bytes(zf.read(member))
+        target.chmod(0o755)
+    return version
+
+
+@pytest.mark.slow
+def test_manifest_list_with_an_emulated_arm64_run_step(tmp_path: Path):
+    """The `make images` recipe on a tiny Dockerfile: both platforms' RUN steps execute
+    (arm64 under qemu through binfmt_misc) and land in one manifest list. A few seconds;
+    the real images' arm64 build (install.sh under qemu) is not run here."""
+    assert BUILDAH and os.geteuid() == 0, "buildah and root (binfmt_misc) needed"
+    subprocess.run(["make", "--no-print-directory", "binfmt"], cwd=ROOT, check=True)
+    version = _static_binaries(ROOT / ".cache/arm64-smoke")
+    context = tmp_path / "ctx"
+    context.mkdir()
+    for arch in ("amd64", "arm64"):
+        shutil.copy(ROOT / f".cache/arm64-smoke/ruff-{arch}", context / f"ruff-{arch}")
+    (context / "Dockerfile").write_text(
+        'FROM scratch\nARG TARGETARCH\nCOPY ruff-${TARGETARCH} /ruff\nRUN ["/ruff", "--version"]\n'
+    )
+    image = "localhost/dsv4-manifest-smoke:test"
+    out = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "image-manifest",
+            f"IMAGE={image}",
+            f"DOCKERFILE={context / 'Dockerfile'}",
+            f"CONTEXT={context}",
+            "PLATFORMS=linux/amd64,linux/arm64",
+            "BUILDER=buildah",
+            f"BUILDAH=buildah --storage-driver {STORAGE}",
+            "BUILDAH_BUILD_FLAGS=--isolation chroot",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    built = []
+    try:
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert (out.stdout + out.stderr).count(f"ruff {version}") == 2
+        listing = json.loads(buildah("manifest", "inspect", image).stdout)
+        platforms = {m["platform"]["architecture"] for m in listing["manifests"]}
+        assert platforms == {"amd64", "arm64"}
+        for entry in listing["manifests"]:
+            ref = f"{image.rsplit(':', 1)[0]}@{entry['digest']}"
+            config = json.loads(buildah("inspect", "--type", "image", ref).stdout)
+            built.append(config["FromImageID"])
+            assert config["OCIv1"]["architecture"] == entry["platform"]["architecture"]
+    finally:
+        buildah("manifest", "rm", image, check=False)
+        for image_id in built:
+            buildah("rmi", image_id, check=False)
+
+
+# --- finding 2: the download Job's command inside the image ------------------------------
+
+
+@pytest.mark.slow
+def test_download_job_command_parses_inside_the_standin_image(standin, tmp_path: Path):
+    from tests.chart_render import render
+    from tests.test_chart_download import HF_MODULE, download_container, hf_argv
+
+    container = download_container(render(tmp_path, {"model": {"download": {"enabled": True}}}))
+    argv = hf_argv(container)
+    assert argv[:3] == ["python3", "-m", HF_MODULE]
+    ctr = buildah("from", "--pull-never", standin).stdout.strip()
+    try:
+        buildah("copy", ctr, str(ROOT / "tests/chart_hf.py"), "/tmp/chart_hf.py")
+        run = ["run", "--isolation", "chroot", ctr, "--", "env", "HF_HUB_DISABLE_UPDATE_CHECK=1"]
+        parsed = json.loads(buildah(*run, "python3", "/tmp/chart_hf.py", *argv[3:]).stdout)
+        assert parsed["command"] == "download"
+        assert parsed["params"]["repo_id"] == "deepseek-ai/DeepSeek-V4-Flash"
+        assert parsed["params"]["local_dir"] == "/models/deepseek-ai/DeepSeek-V4-Flash"
+        # The Job's exact command runs in the image: its help, without touching the hub.
+        helped = buildah(*run, *argv[:3], "download", "--help")
+        assert "--local-dir" in helped.stdout
+    finally:
+        buildah("rm", ctr, check=False)

@@ -43,15 +43,52 @@ def test_every_preset_validates_and_renders(preset: str):
 
 
 def test_hardware_specific_values_follow_the_recipes():
+    # vLLM recipes (models/deepseek-ai/DeepSeek-V4-*.yaml) and NVIDIA Dynamo's V4-Pro recipe,
+    # as re-checked in each preset's header.
     assert load_profile("h200-flash-mtp").speculation.num_speculative_tokens == 1
+    pro_h200 = load_profile("h200-pro-mtp")
+    assert pro_h200.accelerator.per_replica == 8 and pro_h200.parallelism.nodes == 1
+    assert pro_h200.speculation.num_speculative_tokens == 2
+    assert pro_h200.engine_kwargs()["enable_expert_parallel"] is True
     assert load_profile("b200-pro-mtp").speculation.num_speculative_tokens == 2
     assert load_profile("mi355x-pro-mtp").speculation.num_speculative_tokens == 2
     assert load_profile("mi355x-pro-mtp").env["VLLM_ROCM_USE_AITER"] == "1"
-    assert load_profile("b200-pro-dspark").speculation.method == "dspark"
+    dspark = load_profile("b200-pro-dspark")
+    assert dspark.model.source == "deepseek-ai/DeepSeek-V4-Pro-0813"
+    assert dspark.engine_kwargs()["speculative_config"] == {
+        "method": "dspark",
+        "num_speculative_tokens": 7,
+        "draft_sample_method": "probabilistic",
+    }
+    assert not any("Flash" in source for source in dspark.sources)
+    for preset in ("b200-pro-mtp", "b200-pro-dspark", "gb300-pro-mtp"):  # Blackwell
+        profile = load_profile(preset)
+        args = profile.engine_kwargs()
+        assert args["moe_backend"] == "deep_gemm_mega_moe", preset
+        assert args["attention_config"] == {"indexer_kv_dtype": "mxfp4"}, preset
+        assert "VLLM_USE_FLASHINFER_MOE_FP4" not in profile.env, preset
     for preset in PRESETS[1:]:
         args = load_profile(preset).engine_kwargs()
         assert args["kv_cache_dtype"] == "fp8" and args["block_size"] == 256
         assert args["tokenizer_mode"] == "deepseek_v4" and args["reasoning_parser"] == "deepseek_v4"
+
+
+def test_unvalidated_presets_say_so_in_the_preset_and_the_readme():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    unvalidated = [p for p in list_presets() if load_profile(p).unvalidated]
+    assert unvalidated == ["mi300x-pro-mtp"]  # the recipes mark MI300X unsupported
+    for preset in unvalidated:
+        profile = load_profile(preset)
+        assert profile.description.startswith("UNVALIDATED")
+        assert f"`{preset}` is UNVALIDATED" in readme
+
+
+def test_tensor_parallel_groups_fit_whole_nodes():
+    with pytest.raises(ProfileError, match="each node must hold whole tensor-parallel groups"):
+        load_profile(
+            "mi300x-pro-mtp",
+            [parse_set("parallelism.tensor=16"), parse_set("parallelism.pipeline=1")],
+        )
 
 
 BAD_OVERRIDES = [
@@ -153,3 +190,114 @@ def test_render_serve_config_is_a_serve_config_for_the_builder():
         "preset": "h200-flash-mtp",
         "set": ["deployment.replicas=2"],
     }
+
+
+# --- finding 9: every preset against the installed vLLM 0.32 and Ray Serve LLM ---------
+
+# Environment variables a preset may set that are not vLLM's, each with who reads it.
+OTHER_ENV: dict[str, str] = {}
+GPU_PRESETS = PRESETS[1:]
+
+
+def _vllm_argv(kwargs: dict) -> list[str]:
+    """Engine keyword arguments in vLLM's command-line form (as `vllm serve` takes them)."""
+    import json
+
+    argv: list[str] = []
+    for key, value in kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, dict | list):
+            argv += [flag, json.dumps(value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+@pytest.fixture(scope="module")
+def vllm_parser():
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return make_arg_parser(FlexibleArgumentParser())
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_engine_argument_parses_with_vllms_own_parser(preset: str, vllm_parser):
+    from ray.serve.llm import LLMConfig
+
+    from serving.llm_config import llm_config
+
+    profile = load_profile(preset)
+    # Ray Serve LLM splits engine_kwargs into vLLM's frontend and engine arguments and
+    # rejects anything else ("Unknown engine argument").
+    config = llm_config(profile, "/models/m")
+    engine = LLMConfig(**config).get_engine_config()
+    kwargs = {**engine.frontend_kwargs, **engine.engine_kwargs}
+    assert set(kwargs) == set(config["engine_kwargs"])
+    try:
+        parsed = vllm_parser.parse_args(["--model", "/models/m", *_vllm_argv(kwargs)])
+    except SystemExit:
+        pytest.fail(f"vLLM's parser rejects {preset}'s arguments: {kwargs}")
+    for key, value in kwargs.items():
+        got = getattr(parsed, key)
+        if key == "attention_config":
+            assert {k: getattr(got, k) for k in value} == value
+        elif key == "compilation_config":
+            for k, v in value.items():
+                got_v = getattr(got, k)
+                assert (
+                    str(got_v.name if hasattr(got_v, "name") else got_v) == str(v) or got_v == v
+                ), (k, got_v, v)
+        elif key == "reasoning_config":
+            assert {k: getattr(got, k) for k in value} == value
+        else:
+            assert got == value, (key, got, value)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_env_var_is_one_its_reader_knows(preset: str):
+    import vllm.envs
+
+    for name in load_profile(preset).env:
+        if name.startswith("VLLM_"):
+            # vLLM 0.32 only logs "Unknown vLLM environment variable" for the others.
+            assert name in vllm.envs.environment_variables, f"{preset}: {name}"
+        else:
+            assert name in OTHER_ENV, f"{preset}: {name} needs its source in OTHER_ENV"
+
+
+def _literal_values(tp) -> set[str]:
+    from typing import Literal, Union, get_args, get_origin
+
+    if get_origin(tp) is Literal:
+        out: set[str] = set()
+        for arg in get_args(tp):
+            out |= _literal_values(arg) if not isinstance(arg, str) else {arg}
+        return out
+    if get_origin(tp) is Union:
+        return set().union(*(_literal_values(a) for a in get_args(tp)))
+    return set()
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_speculative_method_is_one_vllm_accepts(preset: str):
+    from vllm.config.speculative import DraftSampleMethod, SpeculativeMethod
+
+    spec = load_profile(preset).engine_kwargs()["speculative_config"]
+    methods = _literal_values(SpeculativeMethod)
+    assert {"mtp", "dspark"} <= methods
+    assert spec["method"] in methods
+    if "draft_sample_method" in spec:
+        assert spec["draft_sample_method"] in _literal_values(DraftSampleMethod)
+
+
+def test_the_blackwell_fp4_indexer_name_is_vllm_032s():
+    # The recipes' --attention_config.use_fp4_indexer_cache=True predates vLLM 0.32, which
+    # rejects it; indexer_kv_dtype=mxfp4 is the same switch there.
+    from vllm.config.attention import AttentionConfig
+
+    with pytest.raises(Exception, match="use_fp4_indexer_cache"):
+        AttentionConfig(use_fp4_indexer_cache=True)
+    assert AttentionConfig(indexer_kv_dtype="mxfp4").indexer_kv_dtype == "mxfp4"

@@ -23,17 +23,19 @@ from serving.golden_engine import DEFAULT_MODEL_DIR, SERVED_MODEL_NAME
 from serving.processes import free_port, stop_group
 
 READY_TIMEOUT_S = 900
-# The Ray Serve app as the preset configures it, and the layouts to compare it with.
-RAY_APP_VARIANTS = {
-    "ray-app": [],
-    "ray-app-python-proxy": ["serving.proxy=python"],
+# The Ray Serve app as the preset configures it, and the layouts and Ray switches to
+# compare it with: (`up --set` assignments, extra environment).
+RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "ray-app": ([], {}),
+    "ray-app-python-proxy": (["serving.proxy=python"], {}),
+    # Ray's bundle of throughput switches (user code on the replica's own loop, ...).
+    "ray-app-throughput": ([], {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}),
     # The earlier layout: a separate OpenAiIngress replica, Ray's Python proxy and Ray
     # Serve LLM's default 50 ms stream batching (kept runnable for one release).
-    "ray-app-old": [
-        "serving.path=ingress",
-        "serving.proxy=python",
-        "serving.stream_batching_interval_ms=50",
-    ],
+    "ray-app-old": (
+        ["serving.path=ingress", "serving.proxy=python", "serving.stream_batching_interval_ms=50"],
+        {},
+    ),
 }
 
 
@@ -78,12 +80,13 @@ def cold_starts(
 
 
 def _environment(kind: str) -> dict[str, str]:
-    _, _, isa = kind.partition("@")
+    base, _, isa = kind.partition("@")
+    env = {**os.environ, **RAY_APP_VARIANTS.get(base, ([], {}))[1]}
     if not isa:
-        return dict(os.environ)
+        return env
     if isa not in LIBRARIES:
         raise ValueError(f"unknown kernel library {isa!r} in {kind!r}: use {', '.join(LIBRARIES)}")
-    return {**os.environ, FORCE_ENV: isa}
+    return {**env, FORCE_ENV: isa}
 
 
 def _command(kind: str, port: int) -> tuple[list[str], str | None]:
@@ -96,7 +99,7 @@ def _command(kind: str, port: int) -> tuple[list[str], str | None]:
     if kind in RAY_APP_VARIANTS:
         metrics = free_port()
         cmd = cli + ["up", "cpu-tiny", "--port", str(port), "--ray-metrics-port", str(metrics)]
-        for assignment in RAY_APP_VARIANTS[kind]:
+        for assignment in RAY_APP_VARIANTS[kind][0]:
             cmd += ["--set", assignment]
         return cmd, f"http://127.0.0.1:{metrics}/metrics"
     known = ", ".join(RAY_APP_VARIANTS)

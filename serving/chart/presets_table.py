@@ -5,26 +5,53 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.profile import GPUS_PER_NODE, list_presets, load_profile
+from serving.llm_config import RAY_ACCELERATOR_TYPES
+from serving.profile import GPUS_PER_NODE, Profile, list_presets, load_profile
 
 PLATFORMS = {"nvidia": "cuda", "amd": "rocm"}
+
+# The nodes each GPU type comes in: CPU architecture and a worker memory request that fits.
+# GB300 NVL trays are Grace (arm64) with about 960 GB of LPDDR5X for 4 GPUs, so the 1500Gi
+# that suits 8-GPU HGX/OAM hosts (2 TB and more) would never schedule there.
+NODE_DEFAULTS = {
+    "H200": {"arch": "amd64", "memory": "1500Gi"},
+    "B200": {"arch": "amd64", "memory": "1500Gi"},
+    "GB300": {"arch": "arm64", "memory": "768Gi"},
+    "MI300X": {"arch": "amd64", "memory": "1500Gi"},
+    "MI355X": {"arch": "amd64", "memory": "1500Gi"},
+}
+
+
+def _target_ongoing_requests(profile: Profile) -> int:
+    """Serve's autoscaling target: the preset's, else half of a replica's concurrency."""
+    dep = profile.deployment
+    if dep.autoscaling:
+        return dep.autoscaling.target_ongoing_requests
+    return max(1, dep.max_ongoing_requests // 2)
 
 
 def preset_row(name: str) -> dict[str, Any]:
     profile = load_profile(name)
     acc, par, dep = profile.accelerator, profile.parallelism, profile.deployment
     scaling = dep.autoscaling
+    node = NODE_DEFAULTS[acc.type]
     return {
         "platform": PLATFORMS[acc.kind],
         "gpuType": acc.type,
+        "rayAcceleratorType": RAY_ACCELERATOR_TYPES[acc.type],
         "gpusPerNode": GPUS_PER_NODE[acc.type],
         "gpusPerReplica": acc.per_replica,
         "nodesPerReplica": par.nodes,
         "gpusPerPod": acc.per_replica // par.nodes,
+        "tensorParallel": par.tensor,
         "minReplicas": scaling.min_replicas if scaling else dep.replicas,
         "maxReplicas": scaling.max_replicas if scaling else dep.replicas,
+        "targetOngoingRequests": _target_ongoing_requests(profile),
+        "arch": node["arch"],
+        "workerMemory": node["memory"],
         "modelId": profile.model.id,
         "modelSource": profile.model.source,
+        "unvalidated": profile.unvalidated or "",
     }
 
 

@@ -6,13 +6,20 @@ Every object rejects unknown keys, so a typo in ``-f values.yaml`` or ``--set`` 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.chart.presets_table import gpu_presets
 
-Quantity = str  # a Kubernetes quantity ("16Gi", "500m")
+# A Kubernetes resource quantity ("16Gi", "500m", "1.5", "2e3"): the API server's grammar
+# (k8s.io/apimachinery resource.Quantity), so `helm install` rejects what it would.
+QUANTITY_PATTERN = (
+    r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)"
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+)
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)] | Annotated[int, Field(ge=0)]
+Arch = Literal["amd64", "arm64"]
 
 
 class _Strict(BaseModel):
@@ -30,6 +37,11 @@ class Serve(_Strict):
 class ImageRef(_Strict):
     repository: str = Field(min_length=1)
     tag: str = Field(min_length=1)
+    arches: list[Arch] = Field(
+        default_factory=lambda: ["amd64"],
+        min_length=1,
+        description="CPU architectures the image's manifest list holds (`make images`)",
+    )
 
 
 class Images(_Strict):
@@ -40,12 +52,22 @@ class Images(_Strict):
 
 
 class Resources(_Strict):
-    cpu: Quantity = Field(min_length=1)
-    memory: Quantity = Field(min_length=1)
+    cpu: Quantity
+    memory: Quantity
+
+
+class WorkerResources(_Strict):
+    cpu: Quantity
+    memory: Quantity | None = Field(
+        None, description="default: the preset's node (GB300 trays 768Gi, 8-GPU hosts 1500Gi)"
+    )
 
 
 class Head(_Strict):
     resources: Resources
+    arch: Arch | Literal[""] = Field(
+        "", description="pin the head's CPU architecture; default: any the image holds"
+    )
 
 
 class ApiService(_Strict):
@@ -57,10 +79,18 @@ class Workers(_Strict):
     gpusPerPod: int | None = Field(
         None, ge=1, description="defaults to the preset's; must equal it when set"
     )
-    resources: Resources
-    shmSize: Quantity = Field("64Gi", min_length=1, description="size of /dev/shm")
-    minReplicas: int | None = Field(None, ge=0, description="engine replicas; preset default")
+    resources: WorkerResources
+    shmSize: Quantity = Field("64Gi", description="size of /dev/shm")
+    minReplicas: int | None = Field(
+        None, ge=0, description="engine replicas (0: start from zero); preset default"
+    )
     maxReplicas: int | None = Field(None, ge=1, description="engine replicas; preset default")
+    targetOngoingRequests: int | None = Field(
+        None, ge=1, description="Serve autoscaling target per replica; preset default"
+    )
+    arch: Arch | Literal[""] = Field(
+        "", description="CPU architecture of the GPU nodes; default: the preset's (GB300 arm64)"
+    )
 
 
 class Rdma(_Strict):
@@ -94,15 +124,24 @@ class Download(_Strict):
     enabled: bool = False
     source: Literal["huggingface", "s3"] = "huggingface"
     repo: str = Field("", description="hub repo id; default: the preset's model source")
-    s3Uri: str = ""
+    revision: str = Field("", description="hub revision (branch, tag or commit); default main")
+    endpoint: str = Field("", description="hub mirror URL (HF_ENDPOINT); default huggingface.co")
+    s3Uri: str = Field("", pattern=r"^(s3://.+)?$")
     tokenSecret: SecretKeyRef = SecretKeyRef()
-    image: str = Field("python:3.11-slim", min_length=1)
+    image: str = Field(
+        "", description="default: the serving image (its own hf CLI and pyarrow; no installs)"
+    )
     backoffLimit: int = Field(3, ge=0)
 
 
 class LocalCache(_Strict):
     enabled: bool = False
-    hostPath: str = Field("/mnt/dsv4-model-cache", min_length=1)
+    hostPath: str = Field("/mnt/dsv4-model-cache", pattern=r"^/")
+    prepare: Literal["chown", "none"] = Field(
+        "chown",
+        description="chown: a root init container (CAP_CHOWN only) hands the hostPath to "
+        "securityContext.runAsUser; none: the directory exists on every node, owned by it",
+    )
 
 
 class Model(_Strict):
@@ -140,17 +179,52 @@ class GatewayRoute(_Strict):
     hostnames: list[str] = Field(default_factory=list)
 
 
+class KubeRayOperator(_Strict):
+    namespace: str = Field(
+        "", description="the operator's namespace; empty: any namespace (pods matched by labels)"
+    )
+    podLabels: dict[str, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "kuberay-operator"},
+        min_length=1,
+        description="labels of the operator's pods (the kuberay-operator chart's defaults)",
+    )
+
+
+class ApiServer(_Strict):
+    cidrs: list[str] = Field(
+        default_factory=list, description="the Kubernetes API server's addresses (CIDR)"
+    )
+    ports: list[int] = Field(default_factory=lambda: [443, 6443], min_length=1)
+
+
+class Egress(_Strict):
+    restrict: bool = Field(
+        False, description="deny egress except DNS, the release's pods and the listed peers"
+    )
+    apiServer: ApiServer = ApiServer()
+    downloadCidrs: list[str] = Field(
+        default_factory=lambda: ["0.0.0.0/0"],
+        description="where the download Job may connect on 443 (hub or S3)",
+    )
+
+
 class NetworkPolicy(_Strict):
     enabled: bool = True
     apiFrom: list[dict[str, Any]] = Field(
         default_factory=list, description="peers allowed to the API port; empty: everyone"
     )
     monitoringNamespace: str = Field("monitoring", min_length=1)
+    kuberayOperator: KubeRayOperator = KubeRayOperator()
+    egress: Egress = Egress()
 
 
 class Pdb(_Strict):
     enabled: bool = True
-    maxUnavailable: int = Field(1, ge=0)
+    maxUnavailable: int = Field(
+        1,
+        ge=0,
+        description="worker pods a drain may take below the minimum (rendered as minAvailable)",
+    )
 
 
 class ServiceAccount(_Strict):

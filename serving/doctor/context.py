@@ -12,9 +12,6 @@ from serving.doctor.errors import Unavailable
 from serving.doctor.k8s import Obj, dig, labels, quantity
 from serving.doctor.plan import Plan
 
-# The published images are built by `make images` on an amd64 builder (no --platform).
-IMAGE_ARCHITECTURES = {"cuda": ("amd64",), "rocm": ("amd64",)}
-
 
 @dataclass
 class PreflightContext:

@@ -24,7 +24,7 @@ from serving import generated
 from serving.chart.presets_table import PLATFORMS, preset_row
 from serving.doctor.errors import DoctorError
 from serving.doctor.k8s import GB, Obj, dig, quantity
-from serving.profile import Profile, ProfileError, load_profile, parse_set
+from serving.profile import Profile, ProfileError, deep_merge, load_profile, parse_set
 
 REPO_HELM = generated.CHART_DIR.parents[1] / ".cache" / "tools" / "helm"
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -101,16 +101,6 @@ def find_helm(explicit: str | None) -> str | None:
     return None
 
 
-def _deep_merge(base: dict, extra: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def _read_values(path: str) -> dict:
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
@@ -123,13 +113,21 @@ def _read_values(path: str) -> dict:
     return data
 
 
+def image_arches(chart: Path, user: dict, platform: str) -> tuple[str, ...]:
+    """The architectures of the image the chart would run: ``image.<platform>.arches``
+    from the chart's values.yaml, as the user's values leave it."""
+    defaults = _read_values(str(chart / "values.yaml"))
+    merged = deep_merge(defaults, user)
+    return tuple(dig(merged, "image", platform, "arches", default=[]) or ())
+
+
 def user_values(values_files: list[str], sets: list[str]) -> dict:
     merged: dict = {}
     for path in values_files:
-        merged = _deep_merge(merged, _read_values(path))
+        merged = deep_merge(merged, _read_values(path))
     for assignment in sets:
         try:
-            merged = _deep_merge(merged, parse_set(assignment))
+            merged = deep_merge(merged, parse_set(assignment))
         except ProfileError as exc:
             raise DoctorError(str(exc)) from None
     return merged
@@ -402,7 +400,7 @@ def make_plan(
     else:
         reason = "helm was not found (install it, set HELM, or pass --helm PATH)"
     base = _read_values(str(chart / "values.yaml")) if chart_ok else {}
-    values = _deep_merge(base, merged_user)
+    values = deep_merge(base, merged_user)
     values.update(preset=preset, platform=platform)
     plan = plan_from_values(values, release, namespace, preset, platform, reason)
     plan.chart_error = chart_error

@@ -10,7 +10,7 @@ import yaml
 from serving.doctor import checks_cluster, checks_nodes, checks_storage, kinds
 from serving.doctor import status as status_checks
 from serving.doctor.cluster import Cluster
-from serving.doctor.context import IMAGE_ARCHITECTURES, PreflightContext, StatusContext
+from serving.doctor.context import PreflightContext, StatusContext
 from serving.doctor.errors import DoctorError, Unavailable
 from serving.doctor.findings import Finding, run_checks
 from serving.doctor.k8s import semver
@@ -68,7 +68,7 @@ def _min_kube_version(chart: Path) -> tuple[int, int, int]:
 
 
 def preflight(args: argparse.Namespace, progress: Progress) -> tuple[Header, list[Finding]]:
-    from serving.doctor.plan import find_helm, make_plan
+    from serving.doctor.plan import find_helm, image_arches, make_plan, user_values
 
     cluster = _cluster(args, progress)
     kube_version = _kube_version(cluster)  # the first call: fails fast on a dead server
@@ -86,7 +86,10 @@ def preflight(args: argparse.Namespace, progress: Progress) -> tuple[Header, lis
         kube_version,
         _monitoring_apis(cluster),
     )
-    arches = tuple(args.image_arch or IMAGE_ARCHITECTURES[plan.platform])
+    arches = tuple(
+        args.image_arch
+        or image_arches(args.chart, user_values(args.values, args.set), plan.platform)
+    )
     ctx = PreflightContext(
         cluster,
         plan,

@@ -87,9 +87,40 @@ app.kubernetes.io/part-of: dsv4-serve
 {{- end }}
 {{- end }}
 
+{{/* Engine replicas: one set of values for the worker group and Serve's autoscaling. */}}
+{{- define "dsv4.scaling" -}}
+{{- $row := include "dsv4.preset" . | fromYaml }}
+{{- $w := .Values.workers }}
+{{- $min := ternary (int $row.minReplicas) (int $w.minReplicas) (kindIs "invalid" $w.minReplicas) }}
+{{- $max := ternary (int $row.maxReplicas) (int $w.maxReplicas) (kindIs "invalid" $w.maxReplicas) }}
+{{- if and (kindIs "invalid" $w.maxReplicas) (not (kindIs "invalid" $w.minReplicas)) (gt $min $max) }}
+{{- $max = $min }}
+{{- end }}
+{{- if gt $min $max }}
+{{- fail (printf "workers.minReplicas (%d) must not exceed workers.maxReplicas (%d)" $min $max) }}
+{{- end }}
+{{- $target := ternary (int $row.targetOngoingRequests) (int $w.targetOngoingRequests) (kindIs "invalid" $w.targetOngoingRequests) }}
+min: {{ $min }}
+max: {{ $max }}
+target: {{ $target }}
+autoscale: {{ lt $min $max }}
+{{- end }}
+
+{{/* Profile overrides the chart itself derives from its values (before serve.set). */}}
+{{- define "dsv4.chartSets" -}}
+{{- $s := include "dsv4.scaling" . | fromYaml -}}
+- {{ printf "model.source=%s" (include "dsv4.modelPath" .) | quote }}
+{{- if $s.autoscale }}
+- {{ printf "deployment.autoscaling={min_replicas: %d, max_replicas: %d, target_ongoing_requests: %d}" (int $s.min) (int $s.max) (int $s.target) | quote }}
+{{- else }}
+- "deployment.autoscaling=null"
+- {{ printf "deployment.replicas=%d" (int $s.max) | quote }}
+{{- end }}
+{{- end }}
+
 {{/* Ray Serve config: the same document as `dsv4-serve render-serve-config`. */}}
 {{- define "dsv4.serveConfig" -}}
-{{- $set := prepend .Values.serve.set (printf "model.source=%s" (include "dsv4.modelPath" .)) -}}
+{{- $set := concat (include "dsv4.chartSets" . | fromYamlArray) .Values.serve.set -}}
 proxy_location: EveryNode
 http_options:
   host: 0.0.0.0
@@ -110,4 +141,76 @@ applications:
 {{- define "dsv4.hasApi" -}}
 {{- $ctx := index . 0 }}{{- $api := index . 1 }}{{- $switch := index . 2 }}
 {{- if and $switch.enabled (or $switch.force ($ctx.Capabilities.APIVersions.Has $api)) }}true{{ end }}
+{{- end }}
+
+{{/*
+What the API server or KubeRay would reject later, or what would never work: fail at
+`helm template`/`helm install` with the value named. Included once, by rayservice.yaml.
+*/}}
+{{- define "dsv4.validate" -}}
+{{- $full := include "dsv4.fullname" . }}
+{{- /* kuberay utils/validation.go ValidateRayServiceMetadata: DNS-1035, <= 47 characters. */}}
+{{- if or (gt (len $full) 47) (not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full)) }}
+{{- fail (printf "release name %q makes the RayService name %q, which KubeRay rejects: it must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, at most 47 characters); choose another release name or set fullnameOverride" .Release.Name $full) }}
+{{- end }}
+{{- /* Container ports: ours must differ from each other and from Ray's own. */}}
+{{- $reserved := dict "6379" "Ray's GCS port" "8265" "Ray's dashboard port (KubeRay pushes the Serve config there)" "10001" "Ray's client port" "52365" "Ray's dashboard agent port (the probes)" }}
+{{- $seen := dict }}
+{{- range $item := list (list "serve.port" .Values.serve.port) (list "monitoring.rayMetricsPort" .Values.monitoring.rayMetricsPort) (list "monitoring.gatewayMetricsPort" .Values.monitoring.gatewayMetricsPort) }}
+{{- $name := index $item 0 }}{{- $port := int (index $item 1) }}
+{{- with get $reserved (toString $port) }}
+{{- fail (printf "%s=%d collides with %s" $name $port .) }}
+{{- end }}
+{{- with get $seen (toString $port) }}
+{{- fail (printf "%s=%d collides with %s=%d: every pod listens on both" $name $port . $port) }}
+{{- end }}
+{{- if and (ge $port 10002) (le $port 19999) }}
+{{- fail (printf "%s=%d is inside Ray's worker port range 10002-19999 (ray start --min-worker-port/--max-worker-port), where Ray's worker processes bind" $name $port) }}
+{{- end }}
+{{- $_ := set $seen (toString $port) $name }}
+{{- end }}
+{{- /* serve.set must not resize what the worker group is sized from. */}}
+{{- $owned := dict "deployment.replicas" "use workers.minReplicas/maxReplicas: they size the worker group too" "deployment.autoscaling" "use workers.minReplicas/maxReplicas/targetOngoingRequests: they size the worker group too" "accelerator" "the worker group's GPUs come from the preset: choose another preset" "parallelism" "the worker group's GPUs and hosts come from the preset: choose another preset" "model.source" "use model.path" }}
+{{- range $i, $item := .Values.serve.set }}
+{{- $key := regexReplaceAll "=.*$" $item "" | trim }}
+{{- range $prefix, $hint := $owned }}
+{{- if or (eq $key $prefix) (hasPrefix (printf "%s." $prefix) $key) }}
+{{- fail (printf "serve.set[%d] %q: the chart sets %s itself; %s" $i $item $prefix $hint) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* Architectures: the nodes a role is pinned to must be in the image's manifest list. */}}
+{{- $image := get .Values.image .Values.platform }}
+{{- $row := include "dsv4.preset" . | fromYaml }}
+{{- $workerArch := include "dsv4.arch" (list . "worker") }}
+{{- if not (has $workerArch $image.arches) }}
+{{- fail (printf "the workers run on %s nodes (%s) but image.%s.arches is %v: build the image for linux/%s (`make images` builds a manifest list) and list it there" $workerArch (ternary (printf "workers.arch=%s" $workerArch) (printf "preset %s on %s" .Values.preset $row.gpuType) (ne .Values.workers.arch "")) .Values.platform $image.arches $workerArch) }}
+{{- end }}
+{{- if and .Values.head.arch (not (has .Values.head.arch $image.arches)) }}
+{{- fail (printf "head.arch=%s is not in image.%s.arches %v" .Values.head.arch .Values.platform $image.arches) }}
+{{- end }}
+{{- with get .Values.scheduling.nodeSelector "kubernetes.io/arch" }}
+{{- if ne . $workerArch }}
+{{- fail (printf "scheduling.nodeSelector kubernetes.io/arch=%s contradicts the workers' architecture %s: set workers.arch (and head.arch) instead" . $workerArch) }}
+{{- end }}
+{{- end }}
+{{- /* Egress: the in-tree autoscaler (a sidecar of the head) calls the Kubernetes API. */}}
+{{- $eg := .Values.networkPolicy.egress }}
+{{- if and .Values.networkPolicy.enabled $eg.restrict (include "dsv4.scaling" . | fromYaml).autoscale (not $eg.apiServer.cidrs) }}
+{{- fail "networkPolicy.egress.restrict=true with autoscaling needs networkPolicy.egress.apiServer.cidrs: KubeRay's autoscaler sidecar in the head pod calls the Kubernetes API (kubectl get endpoints kubernetes shows its addresses)" }}
+{{- end }}
+{{- end }}
+
+{{/* Label selectors: the Ray pods of this release (head, workers) and its client pods. */}}
+{{- define "dsv4.rayPods" -}}
+matchLabels:
+  {{- include "dsv4.selectorLabels" . | nindent 2 }}
+matchExpressions:
+  - {key: app.kubernetes.io/component, operator: In, values: [ray-head, ray-worker]}
+{{- end }}
+{{- define "dsv4.clientPods" -}}
+matchLabels:
+  {{- include "dsv4.selectorLabels" . | nindent 2 }}
+matchExpressions:
+  - {key: app.kubernetes.io/component, operator: In, values: [helm-test, bench]}
 {{- end }}

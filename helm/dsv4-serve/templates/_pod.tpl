@@ -1,5 +1,7 @@
-{{/* Pod-level settings shared by the head and the workers. */}}
+{{/* Pod-level settings shared by the head and the workers: include with (list . "head"|"worker"). */}}
 {{- define "dsv4.podCommon" -}}
+{{- $ctx := index . 0 }}{{- $role := index . 1 }}
+{{- with $ctx -}}
 serviceAccountName: {{ include "dsv4.serviceAccountName" . }}
 terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
 hostIPC: {{ .Values.hostIPC }}
@@ -15,17 +17,41 @@ imagePullSecrets:
   - name: {{ . }}
   {{- end }}
 {{- end }}
-{{- with .Values.scheduling.nodeSelector }}
+{{- $arch := include "dsv4.arch" (list . $role) }}
+{{- $selector := deepCopy .Values.scheduling.nodeSelector }}
+{{- with $arch }}
+{{- $_ := set $selector "kubernetes.io/arch" . }}
+{{- end }}
+{{- with $selector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.scheduling.tolerations }}
+{{- $tolerations := .Values.scheduling.tolerations }}
+{{- if eq $arch "arm64" }}
+{{- /* Mixed clusters often taint their arm64 nodes; tolerating an absent taint is harmless. */}}
+{{- $tolerations = append $tolerations (dict "key" "kubernetes.io/arch" "operator" "Equal" "value" "arm64" "effect" "NoSchedule") }}
+{{- end }}
+{{- with $tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .Values.scheduling.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The CPU architecture a role's pods are pinned to ("" = not pinned). */}}
+{{- define "dsv4.arch" -}}
+{{- $ctx := index . 0 }}{{- $role := index . 1 }}
+{{- $arches := (get $ctx.Values.image $ctx.Values.platform).arches }}
+{{- if eq $role "worker" }}
+{{- default (include "dsv4.preset" $ctx | fromYaml).arch $ctx.Values.workers.arch }}
+{{- else if $ctx.Values.head.arch }}
+{{- $ctx.Values.head.arch }}
+{{- else if eq (len $arches) 1 }}
+{{- first $arches }}
 {{- end }}
 {{- end }}
 
@@ -37,7 +63,9 @@ env:
   - {name: DSV4_API_KEYS_FILE, value: /etc/dsv4/api-keys/{{ $.Values.apiKey.secretKey }}}
   - {name: DSV4_GATEWAY_METRICS_PORT, value: {{ $.Values.monitoring.gatewayMetricsPort | quote }}}
   - {name: HF_HUB_OFFLINE, value: "1"}
-  - {name: RAY_SERVE_HTTP_HOST, value: "0.0.0.0"}
+  # Read by Ray 2.60 (ray/serve/_private/constants.py, DEFAULT_HTTP_HOST); the Serve config
+  # sets http_options.host as well.
+  - {name: RAY_SERVE_DEFAULT_HTTP_HOST, value: "0.0.0.0"}
 lifecycle:
   # Let the Service drop this pod before Ray stops, so in-flight requests drain.
   preStop:
@@ -67,6 +95,7 @@ volumeMounts:
   persistentVolumeClaim: {claimName: {{ include "dsv4.pvcName" . }}, readOnly: true}
 {{- if .Values.model.localCache.enabled }}
 - name: model-cache
-  hostPath: {path: {{ .Values.model.localCache.hostPath }}, type: DirectoryOrCreate}
+  {{- /* kubelet creates a missing hostPath root-owned (0755); prepare=chown fixes the owner. */}}
+  hostPath: {path: {{ .Values.model.localCache.hostPath }}, type: {{ ternary "DirectoryOrCreate" "Directory" (eq .Values.model.localCache.prepare "chown") }}}
 {{- end }}
 {{- end }}
