@@ -20,14 +20,20 @@ def _check(platform: str, strict: bool) -> int:
     from model_overrides.status import installed_vllm
 
     variants, findings = run_check(platform)
-    print(f"HC-state contract (vLLM PR #42930) on {installed_vllm()}, platform {platform}")
+    print(
+        f"DSV4 contract (HC state, vLLM PR #42930; SwiGLU clamp, issue 18) on "
+        f"{installed_vllm()}, platform {platform}"
+    )
     if not variants:
         print("no DeepSeek-V4 variant found in this vLLM")
         return 1 if strict else 0
     for v in variants:
         print(f"\n[{v.name}] ({v.how}{'; ' + '; '.join(v.notes) if v.notes else ''})")
         for f in v.findings:
-            print(f"  {'ok  ' if f.ok else 'FAIL'}  {f.rule:<28} {f.detail}")
+            first, *more = f.detail.split("\n")
+            print(f"  {'ok  ' if f.ok else 'FAIL'}  {f.rule:<28} {first}")
+            for line in more:  # a clamp finding's kernels and citations
+                print(f"{'':<36} {line}")
     failed = [f for f in findings if not f.ok]
     print(f"\n{len(findings) - len(failed)} of {len(findings)} rules hold")
     return 1 if strict and failed else 0
@@ -44,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model_overrides")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("status", help="the patch status table for the installed vLLM")
-    check = sub.add_parser("check", help="check the HC-state contract on every DSV4 variant")
+    check = sub.add_parser(
+        "check", help="check the HC-state and SwiGLU-clamp contracts on every DSV4 variant"
+    )
     check.add_argument("--platform", choices=["cuda", "rocm", "cpu", "xpu", "all"], default="all")
     check.add_argument("--strict", action="store_true", help="exit 1 on any violation")
     args = parser.parse_args(argv)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-from model_overrides import contract
+from model_overrides import clamp_contract, contract
 
 PLATFORM_VARIANTS = contract.PLATFORM_VARIANTS
 CHILD_TIMEOUT_S = 600
@@ -79,6 +79,8 @@ def run_check(platform: str = "all") -> tuple[list[VariantReport], list[contract
     for name in names:
         report = check_here(name, importing=True) if name in local else check_in_child(name)
         if report is not None:
+            # SwiGLU clamp rules: read from source only, so safe here for every variant.
+            report.findings += clamp_contract.findings_for(name)
             reports.append(report)
     return reports, [f for r in reports for f in r.findings]
 

@@ -11,6 +11,8 @@ Rules (each reported per variant):
   can have returned state (guarded by ``residual``/``use_fused_mhc``, or the block
   never returns ``None`` state).
 - target-exposes-mtp-buffer: the target model has ``get_mtp_target_hidden_states``.
+- moe-clamp[VARIANT/PATH]: the routed and shared experts receive DSV4's SwiGLU clamp on
+  every expert path (``clamp_contract``; read from source, added by ``check_runner``).
 
 Variants are read from source, so those whose import needs another vendor's torch
 (ROCm's ``amd`` here) are checked too; importable ones also get a runtime binding check

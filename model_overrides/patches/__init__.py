@@ -5,12 +5,14 @@
 from model_overrides.patches import cpu_kernel_library, cpu_op_fallbacks  # noqa: F401, I001
 from model_overrides.patches import (  # noqa: F401 - imported for registration
     cpu_expand_kernel,
+    cpu_moe_swiglu_clamp,
     draft_token_request_cache,
     dsv4_cpu_chunked_prefill,
     dsv4_cpu_hc_path,
     dsv4_cpu_metadata_kernels,
     dsv4_cpu_mtp,
     dsv4_cpu_tile_scheduler,
+    moe_clamp_filter,
     pr42930,
 )
 
