@@ -45,6 +45,8 @@ class Patch:
     apply: Callable[[], None]
     verify: Callable[[], str | None]  # None when verified, else what is wrong
     gpu_note: str = ""  # whether the same code path exists on the GPU variants
+    upstream: str = ""  # where the problem is tracked upstream, or "ours, not reported"
+    remove_when: str = ""  # the condition under which the patch can go
 
 
 @dataclass(frozen=True)

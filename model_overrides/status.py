@@ -24,13 +24,21 @@ def collect() -> list[Status]:
 
 
 def render(statuses: list[Status]) -> str:
-    gpu = {p.name: p.gpu_note for p in REGISTRY.patches}
+    """One row per patch, then where each comes from and when it can go (as vllm-ascend
+    lists for its patches)."""
+    patches = {p.name: p for p in REGISTRY.patches}
     rows = [("patch", "override", "status", "detail", "GPU variants")]
-    rows += [(s.name, s.override, s.outcome.value, s.detail, gpu.get(s.name, "")) for s in statuses]
+    rows += [
+        (s.name, s.override, s.outcome.value, s.detail, patches[s.name].gpu_note) for s in statuses
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [f"installed: {installed_vllm()}"]
     for r in rows:
         lines.append(
             "  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4]
         )
+    lines += ["", "where each patch comes from, and when it can go:"]
+    for s in statuses:
+        patch = patches[s.name]
+        lines.append(f"  {s.name}: {patch.upstream}; remove when {patch.remove_when}")
     return "\n".join(lines)

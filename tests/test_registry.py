@@ -34,6 +34,16 @@ def test_status_table_lists_every_patch_for_the_installed_vllm():
         assert " applied " in row or " not needed " in row, row
 
 
+def test_every_patch_says_where_it_comes_from_and_when_it_goes():
+    from model_overrides.patches import REGISTRY_READY  # noqa: F401
+    from model_overrides.registry import REGISTRY
+
+    proc = _table()
+    for patch in REGISTRY.patches:
+        assert patch.upstream and patch.remove_when, patch.name
+        assert f"  {patch.name}: {patch.upstream}; remove when {patch.remove_when}" in proc.stdout
+
+
 def test_switching_overrides_off_shows_in_the_table():
     proc = _table(DSV4_OVERRIDES="0")
     assert proc.stdout.count(" disabled ") >= 8

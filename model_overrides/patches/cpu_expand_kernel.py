@@ -82,5 +82,10 @@ REGISTRY.add(
         apply=apply,
         verify=verify,
         gpu_note="CPU fallback only; GPUs run the Triton expand_kernel",
+        upstream="ours, not reported upstream",
+        remove_when=(
+            "vllm/utils/cpu_triton_utils.py's expand fallback copies its int64 "
+            "result back (probe: not needed)"
+        ),
     )
 )

@@ -62,5 +62,7 @@ REGISTRY.add(
         apply=apply,
         verify=verify,
         gpu_note="CPU only",
+        upstream="ours: vLLM picks the library by ISA (vllm/platforms/cpu.py import_kernels)",
+        remove_when="never: it reports; forcing is a test and benchmark aid",
     )
 )

@@ -116,5 +116,9 @@ REGISTRY.add(
         apply=apply,
         verify=verify,
         gpu_note="CPU bf16 experts only; `check` reports every variant's expert paths",
+        upstream="ours, not reported upstream",
+        remove_when=(
+            "CPUUnquantizedExperts.apply passes swiglu_limit to its kernel (probe: not needed)"
+        ),
     )
 )

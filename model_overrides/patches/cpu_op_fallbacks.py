@@ -79,5 +79,10 @@ for _group, _ops in op_groups().items():
             apply=lambda ops=_ops: apply(ops),
             verify=lambda ops=_ops: verify(ops),
             gpu_note="CPU only: the GPU variants call CUDA/ROCm kernels",
+            upstream=(
+                "ours, not reported upstream (vLLM builds DSV4's CPU ops into _C, the "
+                "AVX-512 BF16 library, only)"
+            ),
+            remove_when="_C_AVX512 and _C_AVX2 ship these ops (probe: not needed)",
         )
     )

@@ -91,5 +91,10 @@ REGISTRY.add(
         apply=apply,
         verify=verify,
         gpu_note="shared proposer code: the GPU variants take the same path and need it too",
+        upstream="ours, not reported upstream",
+        remove_when=(
+            "the draft proposer resets CommonAttentionMetadata's token->request "
+            "cache when it rewrites the query layout (probe: not needed)"
+        ),
     )
 )

@@ -84,5 +84,7 @@ REGISTRY.add(
         apply=apply,
         verify=verify,
         gpu_note="CPU platform only",
+        upstream="ours, not reported upstream",
+        remove_when="vLLM allows DSV4 chunked prefill on CPUs without AMX (probe: not needed)",
     )
 )

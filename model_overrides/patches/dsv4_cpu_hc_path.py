@@ -77,5 +77,7 @@ REGISTRY.add(
         apply=apply,
         verify=verify,
         gpu_note="CPU only; on GPUs the platform fixes the path (CUDA deferred, ROCm inline)",
+        upstream="ours: a switch for testing both HC-state contract paths",
+        remove_when="never: a test switch, off unless DSV4_HC_PATH is set",
     )
 )

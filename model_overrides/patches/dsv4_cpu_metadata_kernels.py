@@ -72,6 +72,11 @@ for _name, _swap in SWAPS.items():
             apply=_swap.apply,
             verify=_swap.verify,
             gpu_note=_GPU_NOTE,
+            upstream=(
+                "ours, not reported upstream (vllm/platforms/cpu.py registers CPU "
+                "fallbacks for other Triton kernels, not these)"
+            ),
+            remove_when="vLLM registers CPU implementations of these kernels (probe: not needed)",
         )
     )
 
@@ -88,5 +93,10 @@ REGISTRY.add(
         apply=TOKEN_TO_REQ.apply,
         verify=TOKEN_TO_REQ.verify,
         gpu_note=_GPU_NOTE,
+        upstream=(
+            "ours, not reported upstream (vllm/platforms/cpu.py registers CPU "
+            "fallbacks for other Triton kernels, not these)"
+        ),
+        remove_when="vLLM registers CPU implementations of these kernels (probe: not needed)",
     )
 )

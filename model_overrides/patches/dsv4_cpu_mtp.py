@@ -55,5 +55,9 @@ REGISTRY.add(
         apply=apply,
         verify=verify,
         gpu_note="nvidia/amd/xpu ship their own DeepSeekV4MTP; CPU only",
+        upstream=(
+            "ours, not reported upstream (upstream vllm/models/deepseek_v4/cpu/mtp.py is a stub)"
+        ),
+        remove_when="vLLM ships a CPU DeepSeekV4MTP (probe: not needed)",
     )
 )

@@ -70,5 +70,7 @@ REGISTRY.add(
         apply=apply,
         verify=verify,
         gpu_note="CPU builder only; GPU builders allocate one plan per present type",
+        upstream="ours, not reported upstream",
+        remove_when="the CPU tile-scheduler sentinel lists every layer type (probe: not needed)",
     )
 )

@@ -106,5 +106,10 @@ REGISTRY.add(
         apply=apply,
         verify=verify,
         gpu_note="CUDA: TRT-LLM bf16 and batched DeepGEMM experts; CPU: FP8 (AMX) experts",
+        upstream="ours, not reported upstream",
+        remove_when=(
+            "these kernels take swiglu_limit, or "
+            "FusedMoEExperts.is_supported_config filters on it (probe: not needed)"
+        ),
     )
 )

@@ -227,5 +227,7 @@ for _name, _summary, _rule, _apply, _flag, _role in (
             apply=_apply,
             verify=_verify(_rule, _flag, _role),
             gpu_note=_NOTE,
+            upstream="vLLM PR #42930",
+            remove_when="every supported vLLM has #42930 (0.32 does: not needed)",
         )
     )
