@@ -1,72 +1,26 @@
 """What a cluster does with the rendered pods (test helper): which pods get Ready, which the
 API Service routes to, and what the PodDisruptionBudget lets a drain evict.
 
-The node-side facts come from Ray 2.60's sources: every Ray node's dashboard agent answers
-/api/local_raylet_healthz (ray/dashboard/modules/reporter/healthz_agent.py); Serve runs a
-proxy on the head (its controller's node) and on nodes holding a replica actor
-(ray/serve/_private/controller.py _update_proxy_nodes, proxy_location EveryNode), and a
-replica actor lives in its placement group's first bundle, which PACK puts on the first
-host of the replica. The PDB arithmetic is Kubernetes' disruption controller
-(pkg/controller/disruption/disruption.go: getExpectedPodCount, getExpectedScale,
-countHealthyPods, updatePdbStatus).
+What each pod serves, and so which probes pass, is tests/chart_layout.py's table of the
+direct layout (from Ray 2.60's sources). The PDB arithmetic is Kubernetes' disruption
+controller (pkg/controller/disruption/disruption.go: getExpectedPodCount,
+getExpectedScale, countHealthyPods, updatePdbStatus).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from tests.chart_layout import SERVING, Pod, cluster_pods
 from tests.netpol_eval import selector_matches
 
-RAYLET_HEALTH = ("/api/local_raylet_healthz", 52365)
 
-
-@dataclass
-class RayPod:
-    name: str
-    labels: dict[str, str]
-    probe: dict | None  # the container's readinessProbe (None: KubeRay's default)
-    serves: set[tuple[str, int]]  # (path, port) answering 200
-
-    @property
-    def ready(self) -> bool:
-        if self.probe is None:
-            return True  # KubeRay's injected default checks the raylet (and GCS on the head)
-        get = self.probe["httpGet"]
-        return (get["path"], get["port"]) in self.serves
-
-
-def running_pods(objects: list[dict], serve_port: int) -> list[RayPod]:
+def running_pods(objects: list[dict]) -> list[Pod]:
     """The head and every worker pod of a healthy cluster at the group's replica count."""
-    from tests.chart_render import ray_cluster
+    from tests.chart_render import worker_group
 
-    cluster = ray_cluster(objects)
-    head_tpl = cluster["headGroupSpec"]["template"]
-    proxy = ("/-/healthz", serve_port)
-    pods = [
-        RayPod(
-            "head",
-            head_tpl["metadata"]["labels"],
-            head_tpl["spec"]["containers"][0].get("readinessProbe"),
-            {RAYLET_HEALTH, proxy},
-        )
-    ]
-    for group in cluster["workerGroupSpecs"]:
-        tpl = group["template"]
-        for replica in range(group["replicas"]):
-            for host in range(group.get("numOfHosts", 1)):
-                serves = {RAYLET_HEALTH} | ({proxy} if host == 0 else set())
-                pods.append(
-                    RayPod(
-                        f"{group['groupName']}-{replica}-{host}",
-                        tpl["metadata"]["labels"],
-                        tpl["spec"]["containers"][0].get("readinessProbe"),
-                        serves,
-                    )
-                )
-    return pods
+    return cluster_pods(objects, [SERVING] * worker_group(objects)["replicas"])
 
 
-def disruptions_allowed(pdb: dict, pods: list[RayPod], controller_has_scale: bool) -> int:
+def disruptions_allowed(pdb: dict, pods: list[Pod], controller_has_scale: bool) -> int:
     """status.disruptionsAllowed as Kubernetes' disruption controller computes it."""
     spec = pdb["spec"]
     matching = [p for p in pods if selector_matches(spec["selector"], p.labels)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tests.chart_layout import DIRECT_INGRESS, FALLBACK_PROXY, HAPROXY_METRICS, HAPROXY_STATS
 from tests.chart_render import NAMESPACE, pod_templates
 from tests.netpol_eval import Cluster, Endpoint, Port
 
@@ -53,8 +54,22 @@ NEEDED = [
     Flow("helm-test", "head", 8000, "`helm test` sends an OpenAI request"),
     Flow("prometheus", "head", 8080, "Prometheus -> Ray metrics export port"),
     Flow("prometheus", "worker-1", 8080, "Prometheus -> Ray metrics export port"),
-    Flow("prometheus", "head", 9464, "Prometheus -> gateway metrics port"),
-    Flow("prometheus", "worker-0", 9464, "Prometheus -> gateway metrics port"),
+    Flow("prometheus", "worker-0", 9464, "Prometheus -> an engine replica's gateway port"),
+    # Ray Serve with HAProxy (ray/serve/_private: haproxy.py, node_port_manager.py,
+    # proxy_state.py): HAProxy on every proxy node forwards to (and health-checks) each
+    # replica's own HTTP port, allocated from range(RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT,
+    # ..._MAX_HTTP_PORT); a replica on HAProxy's own node is reached over localhost.
+    *[
+        Flow(src, dst, port, "HAProxy -> a replica's direct-ingress port")
+        for src, dst in [("head", "worker-0"), ("worker-0", "worker-1"), ("worker-1", "worker-0")]
+        for port in (DIRECT_INGRESS.start, DIRECT_INGRESS.stop - 1)
+    ],
+    Flow(
+        "worker-0",
+        "head",
+        FALLBACK_PROXY,
+        "HAProxy's backup server: Serve's fallback proxy on the head (no replica up)",
+    ),
     Flow("worker-0", "head", 6379, "raylet -> GCS"),
     Flow("worker-0", "head", 8265, "workers' agents -> the dashboard head"),
     Flow("head", "worker-1", 10005, "object manager / worker ports (10002-19999)"),
@@ -72,6 +87,11 @@ DENIED = [
     Flow("prometheus", "head", 8265, "Prometheus gets the metrics ports, nothing else"),
     Flow("operator", "head", 6379, "the operator needs the dashboard and the Serve port only"),
     Flow("model-download", "head", 8265, "the download Job is not a Ray pod"),
+    Flow("tenant", "worker-0", DIRECT_INGRESS.start, "replicas' own ports: only from HAProxy"),
+    Flow("same-ns-app", "head", FALLBACK_PROXY, "the fallback proxy: only from HAProxy"),
+    Flow("tenant", "head", HAPROXY_STATS, "HAProxy's stats page is not public"),
+    Flow("prometheus", "worker-0", HAPROXY_STATS, "HAProxy's stats page is not scraped"),
+    Flow("prometheus", "worker-0", HAPROXY_METRICS, "HAProxy's exporter is not scraped"),
 ]
 # With networkPolicy.egress.restrict=true (and the API server's CIDR given).
 NEEDED_EGRESS = [

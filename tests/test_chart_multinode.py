@@ -54,7 +54,7 @@ def test_multi_node_replicas_get_ready_stay_packed_and_drain(
     assert residual == [] and dict(to_add) == {group["groupName"]: hosts}
 
     # Probes: every host of a healthy replica is Ready, with or without a Serve proxy.
-    pods = running_pods(objects, serve_port=8000)
+    pods = running_pods(objects)
     workers = [p for p in pods if p.labels["app.kubernetes.io/component"] == "ray-worker"]
     assert len(workers) == replicas * hosts
     not_ready = [p.name for p in workers if not p.ready]
@@ -82,7 +82,7 @@ def test_every_preset_can_be_drained_when_healthy(preset: str, tmp_path: Path, s
     has_scale = any("scale" in (v.get("subresources") or {}) for v in crd["spec"]["versions"])
     row = PRESETS[preset]
     objects = render(tmp_path, {"preset": preset, "platform": row["platform"]})
-    pods = running_pods(objects, serve_port=8000)
+    pods = running_pods(objects)
     assert all(p.ready for p in pods)
     (pdb,) = by_kind(objects, "PodDisruptionBudget")
     assert disruptions_allowed(pdb, pods, controller_has_scale=has_scale) >= 1

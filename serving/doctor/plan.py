@@ -8,7 +8,6 @@ from the chart's values.yaml, the user's values and the preset table, and says s
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 import shutil

@@ -153,8 +153,9 @@ What the API server or KubeRay would reject later, or what would never work: fai
 {{- if or (gt (len $full) 47) (not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full)) }}
 {{- fail (printf "release name %q makes the RayService name %q, which KubeRay rejects: it must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, at most 47 characters); choose another release name or set fullnameOverride" .Release.Name $full) }}
 {{- end }}
-{{- /* Container ports: ours must differ from each other and from Ray's own. */}}
-{{- $reserved := dict "6379" "Ray's GCS port" "8265" "Ray's dashboard port (KubeRay pushes the Serve config there)" "10001" "Ray's client port" "52365" "Ray's dashboard agent port (the probes)" }}
+{{- /* Container ports: ours must differ from each other and from Ray's own, Ray Serve's
+HAProxy's included (ray/serve/_private/constants.py defaults). */}}
+{{- $reserved := dict "6379" "Ray's GCS port" "8265" "Ray's dashboard port (KubeRay pushes the Serve config there)" "10001" "Ray's client port" "52365" "Ray's dashboard agent port (the probes)" "8404" "HAProxy's stats port (RAY_SERVE_HAPROXY_STATS_PORT), bound on every node with a Serve proxy" "9101" "HAProxy's metrics port (RAY_SERVE_HAPROXY_METRICS_PORT), bound on every node with a Serve proxy" "8500" "Ray Serve's fallback proxy on the head (RAY_SERVE_FALLBACK_PROXY_HTTP_PORT)" }}
 {{- $seen := dict }}
 {{- range $item := list (list "serve.port" .Values.serve.port) (list "monitoring.rayMetricsPort" .Values.monitoring.rayMetricsPort) (list "monitoring.gatewayMetricsPort" .Values.monitoring.gatewayMetricsPort) }}
 {{- $name := index $item 0 }}{{- $port := int (index $item 1) }}
@@ -162,15 +163,18 @@ What the API server or KubeRay would reject later, or what would never work: fai
 {{- fail (printf "%s=%d collides with %s" $name $port .) }}
 {{- end }}
 {{- with get $seen (toString $port) }}
-{{- fail (printf "%s=%d collides with %s=%d: every pod listens on both" $name $port . $port) }}
+{{- fail (printf "%s=%d collides with %s=%d: a worker pod listens on both" $name $port . $port) }}
 {{- end }}
 {{- if and (ge $port 10002) (le $port 19999) }}
 {{- fail (printf "%s=%d is inside Ray's worker port range 10002-19999 (ray start --min-worker-port/--max-worker-port), where Ray's worker processes bind" $name $port) }}
 {{- end }}
+{{- if and (ge $port 30000) (le $port 30999) }}
+{{- fail (printf "%s=%d is inside Ray Serve's direct-ingress port range 30000-30999 (RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT/MAX_HTTP_PORT), where each engine replica binds its HTTP server" $name $port) }}
+{{- end }}
 {{- $_ := set $seen (toString $port) $name }}
 {{- end }}
 {{- /* serve.set must not resize what the worker group is sized from. */}}
-{{- $owned := dict "deployment.replicas" "use workers.minReplicas/maxReplicas: they size the worker group too" "deployment.autoscaling" "use workers.minReplicas/maxReplicas/targetOngoingRequests: they size the worker group too" "accelerator" "the worker group's GPUs come from the preset: choose another preset" "parallelism" "the worker group's GPUs and hosts come from the preset: choose another preset" "model.source" "use model.path" }}
+{{- $owned := dict "deployment.replicas" "use workers.minReplicas/maxReplicas: they size the worker group too" "deployment.autoscaling" "use workers.minReplicas/maxReplicas/targetOngoingRequests: they size the worker group too" "accelerator" "the worker group's GPUs come from the preset: choose another preset" "parallelism" "the worker group's GPUs and hosts come from the preset: choose another preset" "model.source" "use model.path" "serving.proxy" "the pods' environment selects the proxy before Ray starts (files/presets.yaml proxyEnv): choose it in the preset" "serving.path" "the chart's probes, ports and scrape targets follow the direct layout (the engine replica is the ingress)" }}
 {{- range $i, $item := .Values.serve.set }}
 {{- $key := regexReplaceAll "=.*$" $item "" | trim }}
 {{- range $prefix, $hint := $owned }}
@@ -179,9 +183,12 @@ What the API server or KubeRay would reject later, or what would never work: fai
 {{- end }}
 {{- end }}
 {{- end }}
+{{- $row := include "dsv4.preset" . | fromYaml }}
+{{- if ne $row.servingPath "direct" }}
+{{- fail (printf "preset %q uses serving.path %s; the chart's probes, ports and scrape targets follow the direct layout (the engine replica is the ingress)" .Values.preset $row.servingPath) }}
+{{- end }}
 {{- /* Architectures: the nodes a role is pinned to must be in the image's manifest list. */}}
 {{- $image := get .Values.image .Values.platform }}
-{{- $row := include "dsv4.preset" . | fromYaml }}
 {{- $workerArch := include "dsv4.arch" (list . "worker") }}
 {{- if not (has $workerArch $image.arches) }}
 {{- fail (printf "the workers run on %s nodes (%s) but image.%s.arches is %v: build the image for linux/%s (`make images` builds a manifest list) and list it there" $workerArch (ternary (printf "workers.arch=%s" $workerArch) (printf "preset %s on %s" .Values.preset $row.gpuType) (ne .Values.workers.arch "")) .Values.platform $image.arches $workerArch) }}

@@ -66,6 +66,12 @@ env:
   # Read by Ray 2.60 (ray/serve/_private/constants.py, DEFAULT_HTTP_HOST); the Serve config
   # sets http_options.host as well.
   - {name: RAY_SERVE_DEFAULT_HTTP_HOST, value: "0.0.0.0"}
+  # The proxy in front of the replicas (HAProxy: one per node with a Serve proxy, on the
+  # Serve port). Every Ray process reads it at import, so it is set before `ray start`:
+  # the preset's serving/proxy.py environment(), from files/presets.yaml.
+  {{- range $name, $value := (include "dsv4.preset" $ | fromYaml).proxyEnv }}
+  - {name: {{ $name }}, value: {{ $value | quote }}}
+  {{- end }}
 lifecycle:
   # Let the Service drop this pod before Ray stops, so in-flight requests drain.
   preStop:
