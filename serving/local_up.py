@@ -107,7 +107,9 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
     )
 
     proxy = resolve_proxy(profile.serving.proxy)
-    os.environ.update(proxy_environment(proxy))  # before Ray starts: every Ray process reads it
+    # Before Ray starts (every Ray process reads them); values already set win.
+    for name, value in proxy_environment(proxy).items():
+        os.environ.setdefault(name, value)
     # A replica that is its own ingress stays up 30 s after a stop by default, for load
     # balancers to deregister it; here nothing but our own drain (below) fronts it.
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")

@@ -28,8 +28,16 @@ READY_TIMEOUT_S = 900
 RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "ray-app": ([], {}),
     "ray-app-python-proxy": (["serving.proxy=python"], {}),
-    # Ray's bundle of throughput switches (user code on the replica's own loop, ...).
-    "ray-app-throughput": ([], {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}),
+    # Ray's throughput switches one by one, and the bundle off (it is on by default).
+    "ray-app-no-throughput-bundle": ([], {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0"}),
+    "ray-app-gc-frozen-only": (
+        [],
+        {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0", "RAY_SERVE_FREEZE_GC_ON_STARTUP": "1"},
+    ),
+    "ray-app-same-thread-only": (
+        [],
+        {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"},
+    ),
     # The earlier layout: a separate OpenAiIngress replica, Ray's Python proxy and Ray
     # Serve LLM's default 50 ms stream batching (kept runnable for one release).
     "ray-app-old": (
