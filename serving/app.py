@@ -7,36 +7,15 @@ Used as is by ``dsv4-serve up`` (local Ray) and by Ray Serve config files
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from serving.profile import Profile, ProfileError, load_profile, parse_set
+from serving.build_args import resolve
+from serving.preset import Preset
 
 INGRESS_NAME = "Dsv4Ingress"  # the separate ingress deployment (serving.path: ingress)
 DIRECT_NAME = "Dsv4Server"  # the engine-and-ingress deployment (serving.path: direct)
 
 
-class BuildArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    preset: str = "cpu-tiny"
-    set: list[str] = Field(default_factory=list, description="key.path=value overrides")
-    override_files: list[str] = Field(default_factory=list)
-    gateway_metrics_port: int | None = Field(None, ge=1, le=65535)
-    gateway_metrics_host: str = Field("0.0.0.0", description="interface of the metrics port")
-
-
-def resolve(args: dict[str, Any] | BuildArgs) -> tuple[BuildArgs, Profile]:
-    try:
-        parsed = args if isinstance(args, BuildArgs) else BuildArgs.model_validate(args or {})
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ProfileError(f"application args are invalid: {problems}") from None
-    overrides = [parse_set(item) for item in parsed.set]
-    return parsed, load_profile(parsed.preset, overrides, parsed.override_files)
-
-
-def ensure_golden_model(profile: Profile, model_source: str) -> None:
-    if profile.model.golden and not (Path(model_source) / "config.json").exists():
+def ensure_golden_model(preset: Preset, model_source: str) -> None:
+    if preset.model.golden and not (Path(model_source) / "config.json").exists():
         from serving.golden import write_golden_model
 
         write_golden_model(model_source)
@@ -49,21 +28,21 @@ def build(args: dict[str, Any]) -> Any:
     from serving.gateway.stack import GatewayOptions
     from serving.llm_config import llm_config, resolve_model_source
 
-    parsed, profile = resolve(args)
-    source = resolve_model_source(profile)
-    ensure_golden_model(profile, source)
-    config = LLMConfig(**llm_config(profile, source))
+    parsed, preset = resolve(args)
+    source = resolve_model_source(preset)
+    ensure_golden_model(preset, source)
+    config = LLMConfig(**llm_config(preset, source))
     gateway = GatewayOptions(
         metrics_port=parsed.gateway_metrics_port,
         metrics_host=parsed.gateway_metrics_host,
-        thresholds={config.model_id: profile.monitoring.model_dump()},
+        thresholds={config.model_id: preset.monitoring.model_dump()},
     )
-    if profile.serving.path == "direct":
-        return _direct(config, gateway, profile)
+    if preset.serving.path == "direct":
+        return _direct(config, gateway, preset)
     return _with_ingress(config, gateway)
 
 
-def _direct(config: Any, gateway: Any, profile: Profile) -> Any:
+def _direct(config: Any, gateway: Any, preset: Preset) -> Any:
     """One deployment: the engine replica is the ingress and serves vLLM's app."""
     from ray import serve
     from ray.serve.llm import build_llm_deployment
@@ -71,7 +50,7 @@ def _direct(config: Any, gateway: Any, profile: Profile) -> Any:
     from serving.gateway.admission import ray_limits
     from serving.gateway.server import Dsv4Server
 
-    limits = profile.deployment
+    limits = preset.deployment
     gateway = gateway.model_copy(
         update={
             "max_ongoing_requests": limits.max_ongoing_requests,

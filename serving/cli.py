@@ -51,7 +51,7 @@ def _cmd_serve_vllm(args: argparse.Namespace) -> int:
 
 
 def _build_args(args: argparse.Namespace):
-    from serving.app import BuildArgs
+    from serving.build_args import BuildArgs
 
     return BuildArgs(
         preset=args.preset,
@@ -66,15 +66,15 @@ def _build_args(args: argparse.Namespace):
 def _cmd_check(args: argparse.Namespace) -> int:
     import json
 
-    from serving.app import resolve
+    from serving.build_args import resolve
     from serving.llm_config import llm_config, resolve_model_source
 
-    _, profile = resolve(_build_args(args))
-    print(f"profile {profile.name!r}: {profile.description}")
+    _, preset = resolve(_build_args(args))
+    print(f"preset {preset.name!r}: {preset.description}")
     print("resolved vLLM engine arguments:")
-    print(json.dumps(profile.engine_kwargs(), indent=2, sort_keys=True))
+    print(json.dumps(preset.engine_kwargs(), indent=2, sort_keys=True))
     print("Ray Serve LLM config:")
-    print(json.dumps(llm_config(profile, resolve_model_source(profile)), indent=2, sort_keys=True))
+    print(json.dumps(llm_config(preset, resolve_model_source(preset)), indent=2, sort_keys=True))
     return 0
 
 
@@ -122,9 +122,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def _add_profile_args(parser: argparse.ArgumentParser) -> None:
+def _add_preset_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "preset", nargs="?", default="cpu-tiny", help="preset name or a profile YAML path"
+        "preset", nargs="?", default="cpu-tiny", help="preset name or a preset YAML path"
     )
     parser.add_argument(
         "--set", action="append", metavar="KEY.PATH=VALUE", help="override one field"
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     overrides.set_defaults(func=_cmd_overrides)
 
     up = sub.add_parser("up", help="run a preset on local Ray Serve (default cpu-tiny)")
-    _add_profile_args(up)
+    _add_preset_args(up)
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--ray-metrics-port", type=int, default=8089, help="Ray's metrics export port")
@@ -169,11 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check", help="validate a preset and print the resolved engine arguments"
     )
-    _add_profile_args(check)
+    _add_preset_args(check)
     check.set_defaults(func=_cmd_check)
 
     render = sub.add_parser("render-serve-config", help="print the Ray Serve config for a preset")
-    _add_profile_args(render)
+    _add_preset_args(render)
     render.add_argument("--host", default="0.0.0.0")
     render.add_argument("--port", type=int, default=8000)
     render.set_defaults(func=_cmd_render)
@@ -212,12 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from serving.profile import ProfileError
+    from serving.preset import PresetError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ProfileError as exc:
+    except PresetError as exc:
         print(f"dsv4-serve {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -2,7 +2,7 @@
 
 - the rules file and the dashboard JSON (serving/monitoring), one copy shared by the
   chart (PrometheusRule, dashboard ConfigMap) and users without Kubernetes;
-- the per-preset sizing table (serving/profiles) and values.schema.json (the chart's
+- the per-preset sizing table (serving/presets) and values.schema.json (the chart's
   typed values).
 
 `dsv4-serve generate` writes them; `dsv4-serve generate --check` (and the tests) fail

@@ -9,25 +9,25 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from serving.profile import Profile, load_profile
+from serving.preset import Preset, load_preset
 
 GOLDEN_PRESET = "cpu-tiny"
 
 
 @cache
-def golden_profile() -> Profile:
-    return load_profile(GOLDEN_PRESET)
+def golden_preset() -> Preset:
+    return load_preset(GOLDEN_PRESET)
 
 
-SERVED_MODEL_NAME = golden_profile().model.id
-DEFAULT_SPEC_K = golden_profile().speculation.num_speculative_tokens
-CPU_ENV = dict(golden_profile().env)
-DEFAULT_MODEL_DIR = Path(golden_profile().model.source)
+SERVED_MODEL_NAME = golden_preset().model.id
+DEFAULT_SPEC_K = golden_preset().speculation.num_speculative_tokens
+CPU_ENV = dict(golden_preset().env)
+DEFAULT_MODEL_DIR = Path(golden_preset().model.source)
 
 
 def golden_engine_kwargs(model_dir: str | Path, **overrides: Any) -> dict[str, Any]:
     """Keyword arguments for ``vllm.LLM`` / the OpenAI server; no speculation unless asked."""
-    kwargs = golden_profile().engine_kwargs()
+    kwargs = golden_preset().engine_kwargs()
     kwargs.pop("speculative_config", None)
     kwargs.update(model=str(model_dir), served_model_name=SERVED_MODEL_NAME)
     kwargs.update(overrides)

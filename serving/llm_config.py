@@ -1,9 +1,9 @@
-"""Profile -> Ray Serve LLM ``LLMConfig`` (as a plain dict, so it renders to YAML too)."""
+"""Preset -> Ray Serve LLM ``LLMConfig`` (as a plain dict, so it renders to YAML too)."""
 
 from pathlib import Path
 from typing import Any
 
-from serving.profile import Profile
+from serving.preset import Preset
 
 # Ray's accelerator_type names for the GPUs our presets target.
 RAY_ACCELERATOR_TYPES = {
@@ -15,11 +15,11 @@ RAY_ACCELERATOR_TYPES = {
 }
 
 
-def resolve_model_source(profile: Profile, base_dir: Path | None = None) -> str:
+def resolve_model_source(preset: Preset, base_dir: Path | None = None) -> str:
     """A local relative path becomes absolute (replicas do not share our cwd)."""
-    source = profile.model.source
+    source = preset.model.source
     candidate = (base_dir or Path.cwd()) / source
-    if profile.model.golden or source.startswith((".", "/")) or candidate.exists():
+    if preset.model.golden or source.startswith((".", "/")) or candidate.exists():
         return str(candidate.resolve())
     return source
 
@@ -28,8 +28,8 @@ def is_local_path(model_source: str) -> bool:
     return model_source.startswith("/")
 
 
-def deployment_config(profile: Profile) -> dict[str, Any]:
-    dep = profile.deployment
+def deployment_config(preset: Preset) -> dict[str, Any]:
+    dep = preset.deployment
     out: dict[str, Any] = {
         "max_ongoing_requests": dep.max_ongoing_requests,
         "max_queued_requests": dep.max_queued_requests,
@@ -45,7 +45,7 @@ def deployment_config(profile: Profile) -> dict[str, Any]:
     return out
 
 
-def placement_strategy(profile: Profile) -> str:
+def placement_strategy(preset: Preset) -> str:
     """How Ray places one replica's one-GPU bundles (vLLM needs one GPU per bundle).
 
     One node: STRICT_PACK, the whole TP group on one node or not at all. Several nodes:
@@ -55,20 +55,20 @@ def placement_strategy(profile: Profile) -> str:
     stays inside one node. SPREAD would deal bundles round-robin over every free node
     and split TP groups as soon as more nodes are free than a replica needs.
     """
-    return "STRICT_PACK" if profile.parallelism.nodes == 1 else "PACK"
+    return "STRICT_PACK" if preset.parallelism.nodes == 1 else "PACK"
 
 
-def llm_config(profile: Profile, model_source: str) -> dict[str, Any]:
-    acc = profile.accelerator
+def llm_config(preset: Preset, model_source: str) -> dict[str, Any]:
+    acc = preset.accelerator
     config: dict[str, Any] = {
-        "model_loading_config": {"model_id": profile.model.id, "model_source": model_source},
-        "engine_kwargs": profile.engine_kwargs(),
-        "deployment_config": deployment_config(profile),
-        "runtime_env": {"env_vars": dict(profile.env)},
+        "model_loading_config": {"model_id": preset.model.id, "model_source": model_source},
+        "engine_kwargs": preset.engine_kwargs(),
+        "deployment_config": deployment_config(preset),
+        "runtime_env": {"env_vars": dict(preset.env)},
         "log_engine_metrics": True,
         # Ray Serve LLM batches stream chunks every 50 ms by default (ingress path).
         "experimental_configs": {
-            "stream_batching_interval_ms": profile.serving.stream_batching_interval_ms
+            "stream_batching_interval_ms": preset.serving.stream_batching_interval_ms
         },
     }
     if is_local_path(model_source):
@@ -84,8 +84,6 @@ def llm_config(profile: Profile, model_source: str) -> dict[str, Any]:
         config["accelerator_type"] = RAY_ACCELERATOR_TYPES[acc.type]
         config["placement_group_config"] = {
             "bundles": [{"GPU": 1, "CPU": 1}] * acc.per_replica,
-            "strategy": placement_strategy(profile),
+            "strategy": placement_strategy(preset),
         }
-        if profile.parallelism.nodes > 1:
-            config["engine_kwargs"]["distributed_executor_backend"] = "ray"
     return config

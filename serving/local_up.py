@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from serving.app import BuildArgs, resolve
+from serving.build_args import BuildArgs, resolve
 from serving.gateway.auth import KeySource
 from serving.proxy import environment as proxy_environment
 from serving.proxy import haproxy_pids, stop_leftover_haproxy
@@ -83,7 +83,7 @@ def _drain(gateway_metrics_url: str, deadline_s: float = DRAIN_SECONDS) -> None:
 
 
 def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: int | None) -> int:
-    _, profile = resolve(args)
+    _, preset = resolve(args)
     keys = KeySource()
     if keys.configured() and not keys.keys():
         _say("an API key source is configured but holds no key (check DSV4_API_KEYS_FILE)")
@@ -106,21 +106,21 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
         os.environ.get("DSV4_GATEWAY_METRICS_PORT", 9464)
     )
 
-    proxy = resolve_proxy(profile.serving.proxy)
+    proxy = resolve_proxy(preset.serving.proxy)
     # Before Ray starts (every Ray process reads them); values already set win.
     for name, value in proxy_environment(proxy).items():
         os.environ.setdefault(name, value)
     # A replica that is its own ingress stays up 30 s after a stop by default, for load
     # balancers to deregister it; here nothing but our own drain (below) fronts it.
     os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
-    _say(f"serving path {profile.serving.path}, proxy {proxy}")
+    _say(f"serving path {preset.serving.path}, proxy {proxy}")
     haproxy_before = haproxy_pids()
 
     import ray
     from ray import serve
 
     started = time.monotonic()
-    _say(f"starting local Ray for preset {profile.name!r} ({profile.description})")
+    _say(f"starting local Ray for preset {preset.name!r} ({preset.description})")
     # Ray's own scheduling needs headroom beyond the engine's CPU bundle (ingress, proxy).
     cpus = num_cpus or max(4, os.cpu_count() or 1)
     ray.init(
@@ -151,14 +151,12 @@ def up(args: BuildArgs, host: str, port: int, ray_metrics_port: int, num_cpus: i
             return 1
         base = f"http://{'127.0.0.1' if host in LOOPBACK else host}:{port}"
         auth = ' -H "Authorization: Bearer $DSV4_API_KEY"' if keys.keys() else ""
-        _say(
-            f"ready in {time.monotonic() - started:.0f}s at {base}/v1 (model {profile.model.id!r})"
-        )
+        _say(f"ready in {time.monotonic() - started:.0f}s at {base}/v1 (model {preset.model.id!r})")
         # Start-up by stage: Ray, Serve's controller and proxy, the replica (engine included).
         _say("stages: " + ", ".join(f"{name} {secs:.1f}s" for name, secs in stages.items()))
         _say(
             f"try: curl -s {base}/v1/completions{auth} -H 'Content-Type: application/json' "
-            f'-d \'{{"model": "{profile.model.id}", "prompt": "neti", "max_tokens": 8}}\''
+            f'-d \'{{"model": "{preset.model.id}", "prompt": "neti", "max_tokens": 8}}\''
         )
         _say(
             f"metrics: engine http://127.0.0.1:{ray_metrics_port}/metrics, gateway http://127.0.0.1:{gateway_port}/metrics"

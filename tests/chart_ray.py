@@ -19,9 +19,9 @@ from ray.autoscaler._private.resource_demand_scheduler import (
 from ray.core.generated.common_pb2 import Bundle, PlacementStrategy
 from ray.core.generated.gcs_pb2 import PlacementGroupTableData
 
-from serving.app import resolve
+from serving.build_args import resolve
 from serving.llm_config import llm_config
-from serving.profile import Profile
+from serving.preset import Preset
 from tests.chart_render import NAMESPACE, ray_cluster, serve_config
 
 
@@ -34,20 +34,20 @@ def autoscaling_config(objects: list[dict]) -> dict[str, Any]:
     return _derive_autoscaling_config_from_ray_cr(ray_cr)
 
 
-def served_profile(objects: list[dict]) -> Profile:
-    """The profile the Serve application in serveConfigV2 resolves to."""
+def served_preset(objects: list[dict]) -> Preset:
+    """The preset the Serve application in serveConfigV2 resolves to."""
     (app,) = serve_config(objects)["applications"]
     return resolve(app["args"])[1]
 
 
-def replica_placement_group(profile: Profile) -> tuple[list[dict[str, float]], str]:
+def replica_placement_group(resolved: Preset) -> tuple[list[dict[str, float]], str]:
     """One engine replica's placement group, as Ray Serve LLM requests it."""
     from ray.llm._internal.serve.core.server.llm_server import (
         _merge_replica_actor_and_child_actor_bundles,
     )
     from ray.serve.llm import LLMConfig
 
-    config = LLMConfig(**llm_config(profile, "/models/m"))
+    config = LLMConfig(**llm_config(resolved, "/models/m"))
     engine = config.get_engine_config()
     # LLMServer.get_deployment_options: the replica actor joins the first bundle.
     bundles = _merge_replica_actor_and_child_actor_bundles(

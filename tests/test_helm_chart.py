@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from serving import generated
-from serving.app import resolve
+from serving.build_args import resolve
 from serving.chart.presets_table import presets_table
 from tests.chart_render import CHART, ROOT, by_kind, helm, render
 from tests.crd_schema import CrdValidator
@@ -115,16 +115,16 @@ def test_serve_config_is_what_render_serve_config_prints(preset: str, tmp_path: 
     assert cli.returncode == 0, cli.stderr
     assert in_chart == yaml.safe_load(cli.stdout)
     # The chart's replica counts are what the worker group runs.
-    profile = resolve(in_chart["applications"][0]["args"])[1]
+    resolved = resolve(in_chart["applications"][0]["args"])[1]
     (group,) = by_kind(objects, "RayService")[0]["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-    scaling = profile.deployment.autoscaling
+    scaling = resolved.deployment.autoscaling
     if scaling:
         assert (scaling.min_replicas, scaling.max_replicas) == (
             group["minReplicas"],
             group["maxReplicas"],
         )
     else:
-        assert profile.deployment.replicas == group["minReplicas"] == group["maxReplicas"]
+        assert resolved.deployment.replicas == group["minReplicas"] == group["maxReplicas"]
 
 
 def test_monitoring_objects_carry_the_one_copy_of_rules_and_dashboard(tmp_path: Path):

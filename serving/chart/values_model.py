@@ -29,7 +29,7 @@ class _Strict(BaseModel):
 class Serve(_Strict):
     set: list[str] = Field(
         default_factory=list,
-        description="profile overrides, key.path=value, as `dsv4-serve --set`",
+        description="preset overrides, key.path=value, as `dsv4-serve --set`",
     )
     port: int = Field(8000, ge=1, le=65535, description="Ray Serve HTTP port (the API)")
 
@@ -272,7 +272,7 @@ class Bench(_Strict):
 class ChartValues(_Strict):
     preset: str = Field(
         "h200-flash-mtp",
-        description="a GPU preset (serving/profiles)",
+        description="a GPU preset (serving/presets)",
         json_schema_extra={"enum": gpu_presets()},
     )
     platform: Literal["cuda", "rocm"] = "cuda"

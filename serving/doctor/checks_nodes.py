@@ -214,8 +214,9 @@ def check_gpu_product(ctx: PreflightContext) -> Finding | None:
     if wrong and not right:
         seen = sorted({f.product or "?" for f in wrong})
         return fail(
-            f"the preset {ctx.plan.preset} needs {gpu_type}; the GPU nodes have {', '.join(seen)}",
-            "choose the preset for your GPUs (presets: serving/profiles; dsv4-serve check "
+            f"the preset {ctx.plan.preset_name} needs {gpu_type}; "
+            f"the GPU nodes have {', '.join(seen)}",
+            "choose the preset for your GPUs (presets: serving/presets; dsv4-serve check "
             f"PRESET shows one), or add {gpu_type} nodes",
             [f"{f.name}: {f.product}" for f in wrong][:MAX_LISTED],
         )

@@ -162,7 +162,7 @@ def check_capacity(ctx: PreflightContext) -> Finding | None:
     need = ctx.plan.model_size
     if need is None:
         return None
-    model = ctx.plan.profile.model.source
+    model = ctx.plan.preset.model.source
     if storage.create:
         have, what = storage.size, f"model.pvc.size {storage.size_text} ({gb(storage.size)})"
     else:

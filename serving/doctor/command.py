@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Render the chart with your values and check the cluster against what "
         "it would install. Exit 0: can work, 1: cannot, 2: could not check.",
     )
-    pre.add_argument("preset", help="a GPU preset (serving/profiles), as the chart's `preset`")
+    pre.add_argument("preset", help="a GPU preset (serving/presets), as the chart's `preset`")
     pre.add_argument("--platform", choices=["cuda", "rocm"], help="default: the preset's")
     pre.add_argument("--release", default="dsv4", help="helm release name (default dsv4)")
     pre.add_argument(

@@ -23,7 +23,7 @@ from serving import generated
 from serving.chart.presets_table import PLATFORMS, preset_row
 from serving.doctor.errors import DoctorError
 from serving.doctor.k8s import GB, Obj, dig, quantity
-from serving.profile import Profile, ProfileError, deep_merge, load_profile, parse_set
+from serving.preset import Preset, PresetError, deep_merge, load_preset, parse_set
 
 REPO_HELM = generated.CHART_DIR.parents[1] / ".cache" / "tools" / "helm"
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -69,9 +69,9 @@ class StoragePlan:
 class Plan:
     release: str
     namespace: str
-    preset: str
+    preset_name: str
     platform: str
-    profile: Profile
+    preset: Preset
     head: PodPlan
     workers: PodPlan
     storage: StoragePlan
@@ -85,12 +85,12 @@ class Plan:
 
     @property
     def model_size(self) -> Decimal | None:
-        size = self.profile.model.size_gb
+        size = self.preset.model.size_gb
         return None if size is None else Decimal(str(size)) * GB
 
     @property
     def gpu_type(self) -> str | None:
-        return self.profile.accelerator.type
+        return self.preset.accelerator.type
 
 
 def find_helm(explicit: str | None) -> str | None:
@@ -127,7 +127,7 @@ def user_values(values_files: list[str], sets: list[str]) -> dict:
     for assignment in sets:
         try:
             merged = deep_merge(merged, parse_set(assignment))
-        except ProfileError as exc:
+        except PresetError as exc:
             raise DoctorError(str(exc)) from None
     return merged
 
@@ -255,9 +255,9 @@ def plan_from_objects(
     return Plan(
         release=release,
         namespace=namespace,
-        preset=preset,
+        preset_name=preset,
         platform=platform,
-        profile=load_profile(preset),
+        preset=load_preset(preset),
         head=head,
         workers=workers,
         storage=storage,
@@ -331,9 +331,9 @@ def plan_from_values(
     return Plan(
         release=release,
         namespace=namespace,
-        preset=preset,
+        preset_name=preset,
         platform=platform,
-        profile=load_profile(preset),
+        preset=load_preset(preset),
         head=head,
         workers=workers,
         storage=storage,
@@ -347,7 +347,7 @@ def plan_from_values(
 
 def platform_of(preset: str) -> str:
     try:
-        return PLATFORMS[load_profile(preset).accelerator.kind]
+        return PLATFORMS[load_preset(preset).accelerator.kind]
     except KeyError:
         raise DoctorError(
             f"preset {preset!r} runs on the CPU; the chart and the doctor are for GPU presets"
@@ -367,8 +367,8 @@ def make_plan(
     api_versions: list[str],
 ) -> Plan:
     try:
-        load_profile(preset)
-    except ProfileError as exc:
+        load_preset(preset)
+    except PresetError as exc:
         raise DoctorError(str(exc).splitlines()[0]) from None
     platform = platform or platform_of(preset)
     merged_user = user_values(values_files, sets)  # validates the files before helm sees them

@@ -40,7 +40,7 @@ from serving.doctor.k8s import (
     timestamp,
 )
 from serving.doctor.plan import pod_plan
-from serving.profile import ProfileError, load_profile
+from serving.preset import PresetError, load_preset
 
 STARTUP_HINT = (
     "DSV4 loads for many minutes (the chart's startup probe allows probes.startupSeconds, "
@@ -217,8 +217,8 @@ def _gpu_type(ctx: StatusContext) -> str | None:
         try:
             config = yaml.safe_load(dig(svc, "spec", "serveConfigV2", default="")) or {}
             preset = config["applications"][0]["args"]["preset"]
-            return load_profile(preset).accelerator.type
-        except (yaml.YAMLError, KeyError, IndexError, TypeError, ProfileError):
+            return load_preset(preset).accelerator.type
+        except (yaml.YAMLError, KeyError, IndexError, TypeError, PresetError):
             continue
     return None
 

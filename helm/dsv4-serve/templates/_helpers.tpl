@@ -106,7 +106,7 @@ target: {{ $target }}
 autoscale: {{ lt $min $max }}
 {{- end }}
 
-{{/* Profile overrides the chart itself derives from its values (before serve.set). */}}
+{{/* Preset overrides the chart itself derives from its values (before serve.set). */}}
 {{- define "dsv4.chartSets" -}}
 {{- $s := include "dsv4.scaling" . | fromYaml -}}
 - {{ printf "model.source=%s" (include "dsv4.modelPath" .) | quote }}

@@ -1,6 +1,6 @@
-"""Presets as data: the typed schema of a profile, loading, and user overrides.
+"""Presets as data: the typed schema of a preset, loading, and user overrides.
 
-A profile fully describes one deployment: model, speculation, vLLM engine arguments,
+A preset fully describes one deployment: model, speculation, vLLM engine arguments,
 accelerators, parallelism, environment and the Ray Serve deployment. Overrides
 (``--set a.b=value`` or a YAML file) are deep-merged on top before validation, so
 every error names the field it is about.
@@ -15,12 +15,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-PROFILES_DIR = Path(__file__).parent / "profiles"
+PRESETS_DIR = Path(__file__).parent / "presets"
 GPUS_PER_NODE = {"H200": 8, "B200": 8, "GB300": 4, "MI300X": 8, "MI355X": 8}
 
 
-class ProfileError(ValueError):
-    """A profile or an override is invalid; the message names the field."""
+class PresetError(ValueError):
+    """A preset or an override is invalid; the message names the field."""
 
 
 class _Strict(BaseModel):
@@ -154,7 +154,7 @@ class Monitoring(_Strict):
         return self
 
 
-class Profile(_Strict):
+class Preset(_Strict):
     name: str
     description: str
     sources: list[str] = Field(min_length=1, description="where the values come from")
@@ -174,7 +174,7 @@ class Profile(_Strict):
     monitoring: Monitoring = Monitoring()
 
     @model_validator(mode="after")
-    def _consistent(self) -> Profile:
+    def _consistent(self) -> Preset:
         par, acc = self.parallelism, self.accelerator
         ranks = par.tensor * par.pipeline * par.data
         if acc.kind != "cpu" and ranks != acc.per_replica:
@@ -219,6 +219,8 @@ class Profile(_Strict):
             kwargs["data_parallel_size"] = par.data
         if par.expert:
             kwargs["enable_expert_parallel"] = True
+        if par.nodes > 1:  # ranks on several hosts: vLLM's Ray executor places them
+            kwargs["distributed_executor_backend"] = "ray"
         spec = self.speculation.vllm_config()
         if spec:
             kwargs["speculative_config"] = spec
@@ -226,7 +228,7 @@ class Profile(_Strict):
 
 
 def list_presets() -> list[str]:
-    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
@@ -243,15 +245,15 @@ def deep_merge(base: dict, extra: dict) -> dict:
 def parse_set(assignment: str) -> dict[str, Any]:
     """'deployment.replicas=2' -> {'deployment': {'replicas': 2}} (value parsed as YAML)."""
     if "=" not in assignment:
-        raise ProfileError(f"--set {assignment!r}: expected key.path=value")
+        raise PresetError(f"--set {assignment!r}: expected key.path=value")
     path, _, raw = assignment.partition("=")
     keys = path.strip().split(".")
     if not all(keys):
-        raise ProfileError(f"--set {assignment!r}: empty key in {path!r}")
+        raise PresetError(f"--set {assignment!r}: empty key in {path!r}")
     try:
         value: Any = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ProfileError(f"--set {path}: value {raw!r} is not valid YAML: {exc}") from None
+        raise PresetError(f"--set {path}: value {raw!r} is not valid YAML: {exc}") from None
     for key in reversed(keys):
         value = {key: value}
     return value
@@ -261,42 +263,42 @@ def _read_yaml(path: Path, what: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
-        raise ProfileError(f"{what} {path}: {exc.strerror}") from None
+        raise PresetError(f"{what} {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise ProfileError(f"{what} {path} is not valid YAML: {exc}") from None
+        raise PresetError(f"{what} {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise ProfileError(f"{what} {path} must be a mapping, got {type(data).__name__}")
+        raise PresetError(f"{what} {path} must be a mapping, got {type(data).__name__}")
     return data
 
 
-def raw_profile(preset: str) -> dict[str, Any]:
+def raw_preset(preset: str) -> dict[str, Any]:
     path = Path(preset)
     if not (path.suffix in {".yaml", ".yml"} and path.exists()):
-        path = PROFILES_DIR / f"{preset}.yaml"
+        path = PRESETS_DIR / f"{preset}.yaml"
         if not path.exists():
-            raise ProfileError(f"unknown preset {preset!r}; known: {', '.join(list_presets())}")
-    return _read_yaml(path, "profile")
+            raise PresetError(f"unknown preset {preset!r}; known: {', '.join(list_presets())}")
+    return _read_yaml(path, "preset")
 
 
 def _format(exc: ValidationError, preset: str) -> str:
-    lines = [f"profile {preset!r} is invalid:"]
+    lines = [f"preset {preset!r} is invalid:"]
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         lines.append(f"  {where}: {err['msg']}")
     return "\n".join(lines)
 
 
-def load_profile(
+def load_preset(
     preset: str,
     overrides: list[dict[str, Any]] | None = None,
     override_files: list[str | Path] | None = None,
-) -> Profile:
-    data = raw_profile(preset)
+) -> Preset:
+    data = raw_preset(preset)
     for file in override_files or []:
         data = deep_merge(data, _read_yaml(Path(file), "override file"))
     for extra in overrides or []:
         data = deep_merge(data, extra)
     try:
-        return Profile.model_validate(data)
+        return Preset.model_validate(data)
     except ValidationError as exc:
-        raise ProfileError(_format(exc, preset)) from None
+        raise PresetError(_format(exc, preset)) from None

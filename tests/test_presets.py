@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.app import BuildArgs, resolve
-from serving.profile import ProfileError, list_presets, load_profile, parse_set
+from serving.build_args import BuildArgs, resolve
+from serving.preset import PresetError, list_presets, load_preset, parse_set
 from serving.serve_config import IMPORT_PATH, serve_config
 
 PRESETS = [
@@ -29,12 +29,12 @@ def test_the_required_presets_ship():
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_validates_and_renders(preset: str):
-    profile = load_profile(preset)
-    assert profile.sources, "each preset cites where its values come from"
-    kwargs = profile.engine_kwargs()
+    resolved = load_preset(preset)
+    assert resolved.sources, "each preset cites where its values come from"
+    kwargs = resolved.engine_kwargs()
     assert kwargs["tensor_parallel_size"] * kwargs["pipeline_parallel_size"] * kwargs.get(
         "data_parallel_size", 1
-    ) == (profile.accelerator.per_replica if profile.accelerator.kind != "cpu" else 1)
+    ) == (resolved.accelerator.per_replica if resolved.accelerator.kind != "cpu" else 1)
     assert kwargs["speculative_config"]["method"] in {"mtp", "dspark"}
     config = serve_config(BuildArgs(preset=preset))
     (app,) = config["applications"]
@@ -45,15 +45,15 @@ def test_every_preset_validates_and_renders(preset: str):
 def test_hardware_specific_values_follow_the_recipes():
     # vLLM recipes (models/deepseek-ai/DeepSeek-V4-*.yaml) and NVIDIA Dynamo's V4-Pro recipe,
     # as re-checked in each preset's header.
-    assert load_profile("h200-flash-mtp").speculation.num_speculative_tokens == 1
-    pro_h200 = load_profile("h200-pro-mtp")
+    assert load_preset("h200-flash-mtp").speculation.num_speculative_tokens == 1
+    pro_h200 = load_preset("h200-pro-mtp")
     assert pro_h200.accelerator.per_replica == 8 and pro_h200.parallelism.nodes == 1
     assert pro_h200.speculation.num_speculative_tokens == 2
     assert pro_h200.engine_kwargs()["enable_expert_parallel"] is True
-    assert load_profile("b200-pro-mtp").speculation.num_speculative_tokens == 2
-    assert load_profile("mi355x-pro-mtp").speculation.num_speculative_tokens == 2
-    assert load_profile("mi355x-pro-mtp").env["VLLM_ROCM_USE_AITER"] == "1"
-    dspark = load_profile("b200-pro-dspark")
+    assert load_preset("b200-pro-mtp").speculation.num_speculative_tokens == 2
+    assert load_preset("mi355x-pro-mtp").speculation.num_speculative_tokens == 2
+    assert load_preset("mi355x-pro-mtp").env["VLLM_ROCM_USE_AITER"] == "1"
+    dspark = load_preset("b200-pro-dspark")
     assert dspark.model.source == "deepseek-ai/DeepSeek-V4-Pro-0813"
     assert dspark.engine_kwargs()["speculative_config"] == {
         "method": "dspark",
@@ -62,30 +62,30 @@ def test_hardware_specific_values_follow_the_recipes():
     }
     assert not any("Flash" in source for source in dspark.sources)
     for preset in ("b200-pro-mtp", "b200-pro-dspark", "gb300-pro-mtp"):  # Blackwell
-        profile = load_profile(preset)
-        args = profile.engine_kwargs()
+        resolved = load_preset(preset)
+        args = resolved.engine_kwargs()
         assert args["moe_backend"] == "deep_gemm_mega_moe", preset
         assert args["attention_config"] == {"indexer_kv_dtype": "mxfp4"}, preset
-        assert "VLLM_USE_FLASHINFER_MOE_FP4" not in profile.env, preset
+        assert "VLLM_USE_FLASHINFER_MOE_FP4" not in resolved.env, preset
     for preset in PRESETS[1:]:
-        args = load_profile(preset).engine_kwargs()
+        args = load_preset(preset).engine_kwargs()
         assert args["kv_cache_dtype"] == "fp8" and args["block_size"] == 256
         assert args["tokenizer_mode"] == "deepseek_v4" and args["reasoning_parser"] == "deepseek_v4"
 
 
 def test_unvalidated_presets_say_so_in_the_preset_and_the_readme():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    unvalidated = [p for p in list_presets() if load_profile(p).unvalidated]
+    unvalidated = [p for p in list_presets() if load_preset(p).unvalidated]
     assert unvalidated == ["mi300x-pro-mtp"]  # the recipes mark MI300X unsupported
     for preset in unvalidated:
-        profile = load_profile(preset)
-        assert profile.description.startswith("UNVALIDATED")
+        resolved = load_preset(preset)
+        assert resolved.description.startswith("UNVALIDATED")
         assert f"`{preset}` is UNVALIDATED" in readme
 
 
 def test_tensor_parallel_groups_fit_whole_nodes():
-    with pytest.raises(ProfileError, match="each node must hold whole tensor-parallel groups"):
-        load_profile(
+    with pytest.raises(PresetError, match="each node must hold whole tensor-parallel groups"):
+        load_preset(
             "mi300x-pro-mtp",
             [parse_set("parallelism.tensor=16"), parse_set("parallelism.pipeline=1")],
         )
@@ -106,34 +106,34 @@ BAD_OVERRIDES = [
 
 @pytest.mark.parametrize("assignment,message", BAD_OVERRIDES)
 def test_bad_fields_are_named(assignment: str, message: str):
-    with pytest.raises(ProfileError) as err:
-        load_profile("cpu-tiny", [parse_set(assignment)])
+    with pytest.raises(PresetError) as err:
+        load_preset("cpu-tiny", [parse_set(assignment)])
     assert message in str(err.value)
 
 
 def test_gpu_count_must_match_parallelism():
     with pytest.raises(
-        ProfileError, match="tensor\\*pipeline\\*data = 4 but accelerator.per_replica = 8"
+        PresetError, match="tensor\\*pipeline\\*data = 4 but accelerator.per_replica = 8"
     ):
-        load_profile("b200-pro-mtp", [parse_set("parallelism.tensor=4")])
-    with pytest.raises(ProfileError, match="do not fit on 1 node"):
-        load_profile(
+        load_preset("b200-pro-mtp", [parse_set("parallelism.tensor=4")])
+    with pytest.raises(PresetError, match="do not fit on 1 node"):
+        load_preset(
             "b200-pro-mtp",
             [parse_set("accelerator.per_replica=16"), parse_set("parallelism.tensor=16")],
         )
-    with pytest.raises(ProfileError, match="'MI300X' is not a nvidia accelerator"):
-        load_profile("b200-pro-mtp", [parse_set("accelerator.type=MI300X")])
-    with pytest.raises(ProfileError, match="min_replicas must not exceed max_replicas"):
-        load_profile("h200-flash-mtp", [parse_set("deployment.autoscaling.min_replicas=9")])
+    with pytest.raises(PresetError, match="'MI300X' is not a nvidia accelerator"):
+        load_preset("b200-pro-mtp", [parse_set("accelerator.type=MI300X")])
+    with pytest.raises(PresetError, match="min_replicas must not exceed max_replicas"):
+        load_preset("h200-flash-mtp", [parse_set("deployment.autoscaling.min_replicas=9")])
 
 
 def test_overrides_layer_on_top(tmp_path: Path):
     values = tmp_path / "values.yaml"
     values.write_text("deployment: {max_ongoing_requests: 7}\nengine_args: {max_model_len: 1024}\n")
-    profile = load_profile("cpu-tiny", [parse_set("deployment.replicas=3")], [values])
-    assert profile.deployment.replicas == 3 and profile.deployment.max_ongoing_requests == 7
-    assert profile.engine_kwargs()["max_model_len"] == 1024
-    assert profile.engine_kwargs()["block_size"] == 256  # untouched keys survive the merge
+    resolved = load_preset("cpu-tiny", [parse_set("deployment.replicas=3")], [values])
+    assert resolved.deployment.replicas == 3 and resolved.deployment.max_ongoing_requests == 7
+    assert resolved.engine_kwargs()["max_model_len"] == 1024
+    assert resolved.engine_kwargs()["block_size"] == 256  # untouched keys survive the merge
 
 
 @pytest.mark.parametrize(
@@ -142,8 +142,8 @@ def test_overrides_layer_on_top(tmp_path: Path):
         (lambda: parse_set("replicas"), "expected key.path=value"),
         (lambda: parse_set("a..b=1"), "empty key"),
         (lambda: parse_set("a=[1"), "is not valid YAML"),
-        (lambda: load_profile("nope"), "unknown preset 'nope'; known: b200-pro-dspark"),
-        (lambda: load_profile("cpu-tiny", override_files=["/nonexistent.yaml"]), "No such file"),
+        (lambda: load_preset("nope"), "unknown preset 'nope'; known: b200-pro-dspark"),
+        (lambda: load_preset("cpu-tiny", override_files=["/nonexistent.yaml"]), "No such file"),
         (
             lambda: resolve({"preset": "cpu-tiny", "sett": []}),
             "sett: Extra inputs are not permitted",
@@ -151,15 +151,15 @@ def test_overrides_layer_on_top(tmp_path: Path):
     ],
 )
 def test_bad_input_gets_a_clear_error(call, message: str):
-    with pytest.raises(ProfileError, match=message.replace("[", "\\[")):
+    with pytest.raises(PresetError, match=message.replace("[", "\\[")):
         call()
 
 
-def test_a_profile_file_that_is_not_a_mapping_is_rejected(tmp_path: Path):
+def test_a_preset_file_that_is_not_a_mapping_is_rejected(tmp_path: Path):
     bad = tmp_path / "list.yaml"
     bad.write_text("- a\n- b\n")
-    with pytest.raises(ProfileError, match="must be a mapping, got list"):
-        load_profile(str(bad))
+    with pytest.raises(PresetError, match="must be a mapping, got list"):
+        load_preset(str(bad))
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -229,10 +229,10 @@ def test_every_engine_argument_parses_with_vllms_own_parser(preset: str, vllm_pa
 
     from serving.llm_config import llm_config
 
-    profile = load_profile(preset)
+    resolved = load_preset(preset)
     # Ray Serve LLM splits engine_kwargs into vLLM's frontend and engine arguments and
     # rejects anything else ("Unknown engine argument").
-    config = llm_config(profile, "/models/m")
+    config = llm_config(resolved, "/models/m")
     engine = LLMConfig(**config).get_engine_config()
     kwargs = {**engine.frontend_kwargs, **engine.engine_kwargs}
     assert set(kwargs) == set(config["engine_kwargs"])
@@ -260,7 +260,7 @@ def test_every_engine_argument_parses_with_vllms_own_parser(preset: str, vllm_pa
 def test_every_env_var_is_one_its_reader_knows(preset: str):
     import vllm.envs
 
-    for name in load_profile(preset).env:
+    for name in load_preset(preset).env:
         if name.startswith("VLLM_"):
             # vLLM 0.32 only logs "Unknown vLLM environment variable" for the others.
             assert name in vllm.envs.environment_variables, f"{preset}: {name}"
@@ -285,7 +285,7 @@ def _literal_values(tp) -> set[str]:
 def test_every_speculative_method_is_one_vllm_accepts(preset: str):
     from vllm.config.speculative import DraftSampleMethod, SpeculativeMethod
 
-    spec = load_profile(preset).engine_kwargs()["speculative_config"]
+    spec = load_preset(preset).engine_kwargs()["speculative_config"]
     methods = _literal_values(SpeculativeMethod)
     assert {"mtp", "dspark"} <= methods
     assert spec["method"] in methods
