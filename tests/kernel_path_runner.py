@@ -4,12 +4,15 @@
 
 SPEC: {"model_dir", "library": "native"|"avx512"|"avx2", "emulate": path or null,
 "perturb": {"op": name, "factor": f} or null, "engine": {extra engine kwargs},
-"prompts": [...], "max_tokens": n, "k": MTP draft tokens (0 = none)}.
+"prompts": [...], "max_tokens": n, "k": MTP draft tokens (0 = none),
+"prompt_logprobs": n (optional: also each prompt position's top-n distribution; -1 = the
+whole vocabulary, which needs engine {"max_logprobs": -1})}.
 
 Prints ``RESULT {...}``: per prompt the teacher-forced log-probability of every prompt
 token after the first (prefill: chunked prefill, compression, the indexer) and the
-greedy continuation with its log-probabilities (decode), plus the kernel library
-this process loaded and the patch outcomes.
+greedy continuation with its log-probabilities (decode), the prompt's token ids, plus the
+kernel library this process loaded and the patch outcomes. Set DSV4_OVERRIDES_DISABLE in the
+child's environment to run with a patch off.
 """
 
 import ctypes
@@ -81,8 +84,9 @@ def main(spec: dict) -> dict:
     if spec.get("k"):
         kwargs["speculative_config"] = mtp_config(spec["k"])
     llm = LLM(**kwargs)
+    top = spec.get("prompt_logprobs", 0)
     params = SamplingParams(
-        temperature=0.0, max_tokens=spec["max_tokens"], logprobs=1, prompt_logprobs=0
+        temperature=0.0, max_tokens=spec["max_tokens"], logprobs=1, prompt_logprobs=top
     )
     results = []
     for out in llm.generate(spec["prompts"], params, use_tqdm=False):
@@ -90,14 +94,18 @@ def main(spec: dict) -> dict:
         prompt_lp = [d[t].logprob for d, t in zip(out.prompt_logprobs[1:], ids[1:], strict=True)]
         gen = out.outputs[0]
         gen_lp = [d[t].logprob for d, t in zip(gen.logprobs, gen.token_ids, strict=True)]
-        results.append(
-            {
-                "prompt_logprobs": prompt_lp,
-                "text": gen.text,
-                "token_ids": list(gen.token_ids),
-                "logprobs": gen_lp,
-            }
-        )
+        result = {
+            "prompt_logprobs": prompt_lp,
+            "prompt_token_ids": list(ids),
+            "text": gen.text,
+            "token_ids": list(gen.token_ids),
+            "logprobs": gen_lp,
+        }
+        if top:  # {token id: log p} per prompt position after the first
+            result["prompt_distributions"] = [
+                {t: lp.logprob for t, lp in d.items()} for d in out.prompt_logprobs[1:]
+            ]
+        results.append(result)
     return {
         "library": kernel_library.loaded(),
         "patches": {name: st.outcome.value for name, st in REGISTRY.results.items()},
