@@ -146,7 +146,7 @@ bench: $(DEPS_STAMP) golden
 
 # Serving overhead: vLLM's server and the Ray Serve app at k=2, only those two loaded,
 # alternating rounds, each start timed alone (~10 min). SERVING_APP=ray-app-old (the
-# earlier layout), ray-app-python-proxy or ray-app-throughput measure the others.
+# earlier layout), ray-app-python-proxy, ray-app-no-throughput-bundle, ... measure the others.
 SERVING_APP ?= ray-app
 BENCH_SERVING_ARGS ?= --local vllm-k2 $(SERVING_APP) --cold-starts 3 --concurrency 1 8 \
 	--requests 32 --rounds 4 --max-tokens 64
