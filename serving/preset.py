@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from model_overrides.engine_status import WORKER_EXTENSION
+
 PRESETS_DIR = Path(__file__).parent / "presets"
 GPUS_PER_NODE = {"H200": 8, "B200": 8, "GB300": 4, "MI300X": 8, "MI355X": 8}
 
@@ -224,6 +226,8 @@ class Preset(_Strict):
         spec = self.speculation.vllm_config()
         if spec:
             kwargs["speculative_config"] = spec
+        # The workers answer the gateway's status question (model_overrides/engine_status.py).
+        kwargs.setdefault("worker_extension_cls", WORKER_EXTENSION)
         return kwargs
 
 

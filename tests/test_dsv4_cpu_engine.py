@@ -78,3 +78,17 @@ def test_every_parameter_was_written_by_the_checkpoint(llm, audit_dir: Path, gol
     # The target loader sees every checkpoint name; it keeps all but the MTP layer's.
     assert sorted(report["consumed"]) == sorted(index["weight_map"])
     assert len(report["loaded"]) == len(report["parameters"]) > 100
+
+
+def test_the_workers_report_the_override_status(llm):
+    """What the gateway publishes: asked of the engine's workers through vLLM's
+    collective_rpc (the preset's worker extension), where the model runs."""
+    from model_overrides import kernel_library
+    from model_overrides.engine_status import STATUS_METHOD
+    from model_overrides.registry import REGISTRY
+
+    (report,) = llm.collective_rpc(STATUS_METHOD)
+    assert [p["name"] for p in report["patches"]] == REGISTRY.names()
+    statuses = {p["name"]: p["status"] for p in report["patches"]}
+    assert statuses["dsv4-cpu-mtp-draft"] == "applied", statuses
+    assert report["kernel_library"] == kernel_library.expected_library()

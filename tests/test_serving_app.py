@@ -10,6 +10,7 @@ import time
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from model_overrides import kernel_library
@@ -159,13 +160,23 @@ def test_engine_and_gateway_metrics_advance(app, client, golden_design: GoldenDe
     match = {"route": "/v1/completions", "model": MODEL}
     assert total(after_gw, name, **match) - total(before_gw, name, **match) == 3
     assert total(after_gw, "dsv4_gateway_time_to_first_token_seconds_count", **match) >= 3
-    assert (
-        total(after_gw, "dsv4_overrides_patch_info", patch="dsv4-cpu-mtp-draft", status="applied")
-        == 1
-    )
-    # Published by the engine replica itself: the library its vLLM loaded.
+    # Reported by the process that runs the model (vLLM's worker, which the replica's
+    # engine started), not by the replica that serves the API.
+    patch = {"patch": "dsv4-cpu-mtp-draft", "status": "applied"}
+    reporters = {
+        dict(labels)["engine_pid"]
+        for (name, labels) in after_gw
+        if name == "dsv4_overrides_patch_info"
+    }
+    assert len(reporters) == 1, reporters
+    where = {"engine_pid": reporters.pop()}
+    replica = subprocess.run(["pgrep", "-f", "ServeReplica:dsv4"], capture_output=True, text=True)
+    (replica_pid,) = [int(p) for p in replica.stdout.split()]
+    ancestors = [p.pid for p in psutil.Process(int(where["engine_pid"])).parents()]
+    assert int(where["engine_pid"]) != replica_pid and replica_pid in ancestors, ancestors
+    assert total(after_gw, "dsv4_overrides_patch_info", **patch, **where) == 1
     library = kernel_library.expected_library()
-    assert total(after_gw, "dsv4_cpu_kernel_library_info", library=library) == 1
+    assert total(after_gw, "dsv4_cpu_kernel_library_info", library=library, **where) == 1
 
 
 def test_bench_smoke_run_writes_a_complete_report(app, tmp_path):

@@ -51,16 +51,18 @@ E2E = Histogram(
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
+# Both describe the engine's worker processes (engine_host, engine_pid), not this one.
 PATCHES = Gauge(
     "dsv4_overrides_patch_info",
-    "DSV4 override status for the installed vLLM (value 1)",
-    ["patch", "override", "status"],
+    "DSV4 override status in the engine's workers (value 1)",
+    ["patch", "override", "status", "engine_host", "engine_pid"],
     registry=REGISTRY,
 )
 KERNEL_LIBRARY = Gauge(
     "dsv4_cpu_kernel_library_info",
-    "vLLM CPU kernel library loaded (_C, _C_AVX512, _C_AVX2) and the CPU's own ISA (value 1)",
-    ["library", "hardware_isa"],
+    "vLLM CPU kernel library the engine's workers loaded (_C, _C_AVX512, _C_AVX2) and the"
+    " CPU's own ISA (value 1)",
+    ["library", "hardware_isa", "engine_host", "engine_pid"],
     registry=REGISTRY,
 )
 THRESHOLDS = Gauge(
@@ -83,18 +85,14 @@ KNOWN_ROUTES = frozenset(
 )
 
 
-def publish_patch_status() -> None:
-    try:
-        from model_overrides.status import collect
-    except ImportError:
-        return
-    for status in collect():
-        PATCHES.labels(status.name, status.override, status.outcome.value).set(1)
-    from model_overrides import kernel_library
-
-    library = kernel_library.loaded()
-    if library is not None:  # only where vLLM's CPU kernels are in use
-        KERNEL_LIBRARY.labels(library, kernel_library.hardware_isa()).set(1)
+def publish_engine_status(reports: list[dict]) -> None:
+    """One report per engine worker (``model_overrides.engine_status.report``)."""
+    for report in reports:
+        where = (report["host"], str(report["pid"]))
+        for patch in report["patches"]:
+            PATCHES.labels(patch["name"], patch["override"], patch["status"], *where).set(1)
+        if report["kernel_library"] is not None:  # only where vLLM's CPU kernels run
+            KERNEL_LIBRARY.labels(report["kernel_library"], report["hardware_isa"], *where).set(1)
 
 
 def publish_served_models(thresholds: dict[str, dict[str, float]]) -> None:

@@ -14,7 +14,9 @@ from typing import Any
 
 from ray.serve.llm import LLMServer
 
+from model_overrides.engine_status import STATUS_METHOD
 from serving.gateway.admission import EngineLiveness
+from serving.gateway.metrics import publish_engine_status
 from serving.gateway.stack import GatewayOptions, start_metrics_server, wrap_app
 
 logger = logging.getLogger("ray.serve.dsv4")  # logged with the replica's own lines
@@ -29,8 +31,12 @@ class Dsv4Server(LLMServer):
         started = time.monotonic()
         await super().__init__(llm_config, **kwargs)
         logger.info("engine started in %.1fs", time.monotonic() - started)
-        # After the engine started: the patch status then describes this process's vLLM.
-        start_metrics_server(self._gateway, models=[llm_config.model_id])
+        start_metrics_server(self._gateway)
+        # Asked of the engine's workers: they, not this process, run the model.
+        try:
+            publish_engine_status(await self.collective_rpc(STATUS_METHOD))
+        except Exception as exc:  # e.g. engine_args replaced our worker extension
+            logger.error("override status unavailable from the engine's workers: %s", exc)
 
     async def __serve_build_asgi_app__(self) -> Any:
         app = await super().__serve_build_asgi_app__()

@@ -16,7 +16,6 @@ from serving.gateway.failures import FailureAnswers
 from serving.gateway.metrics import (
     REGISTRY,
     GatewayMetrics,
-    publish_patch_status,
     publish_served_models,
 )
 from serving.gateway.overload import OverloadResponses
@@ -65,11 +64,10 @@ def wrap_app(
     app.add_middleware(GatewayMetrics, models=models)
 
 
-def start_metrics_server(options: GatewayOptions, models: list[str]) -> None:
+def start_metrics_server(options: GatewayOptions) -> None:
     port = options.metrics_port or int(os.environ.get(METRICS_PORT_ENV, DEFAULT_METRICS_PORT))
     try:
         start_http_server(port, addr=options.metrics_host, registry=REGISTRY)
     except OSError as exc:  # a second replica on the same node: keep serving, say so
         logger.error("gateway metrics port %s:%s unavailable: %s", options.metrics_host, port, exc)
-    publish_patch_status()
     publish_served_models(options.thresholds)
