@@ -51,12 +51,25 @@ def probe() -> Probe:
     return Probe(Need.NEEDED, "CPU expand drops its result for non-int64 outputs (temperatures)")
 
 
+def _registered_kernel() -> Any:
+    """The dispatcher's stand-in for expand_kernel, once the CPU platform registered it
+    (vllm/platforms/cpu.py, register_triton_kernel_overrides); else None."""
+    dispatcher = import_optional("vllm.triton_utils.dispatcher")
+    sampler = import_optional("vllm.v1.sample.rejection_sampler")
+    kernel = getattr(sampler, "expand_kernel", None)
+    override = getattr(dispatcher, "KernelOverride", None)
+    return kernel if override is not None and isinstance(kernel, override) else None
+
+
 def apply() -> None:
     impls = import_optional(_CPU_IMPLS)
-    impls._expand_kernel_impl = expand_to_tokens  # picked up when the CPU platform registers
-    dispatcher = import_optional("vllm.triton_utils.dispatcher")
-    if dispatcher is not None and _KERNEL in getattr(dispatcher, "_registry", {}):
-        dispatcher.register_kernels({_KERNEL: expand_to_tokens})  # registered already: replace
+    # The CPU platform registers this attribute with vLLM's kernel dispatcher when the
+    # model runner starts; if that has happened already, register ours the same way.
+    impls._expand_kernel_impl = expand_to_tokens
+    if _registered_kernel() is not None:
+        from vllm.triton_utils.dispatcher import register_kernels
+
+        register_kernels({_KERNEL: expand_to_tokens})
 
 
 def verify() -> str | None:
@@ -65,10 +78,8 @@ def verify() -> str | None:
         return "CPU expand implementation unchanged"
     if not expands_floats(expand_to_tokens):
         return "the replacement does not expand float values"
-    sampler = import_optional("vllm.v1.sample.rejection_sampler")
-    kernel = getattr(sampler, "expand_kernel", None)
-    impl = getattr(kernel, "_impl", None)
-    if impl is not None and impl is not expand_to_tokens:
+    kernel = _registered_kernel()
+    if kernel is not None and kernel.func is not expand_to_tokens:
         return "the registered expand_kernel override is still upstream's"
     return None
 
