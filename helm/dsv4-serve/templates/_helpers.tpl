@@ -51,9 +51,12 @@ app.kubernetes.io/part-of: dsv4-serve
 {{- if eq .Values.platform "rocm" }}amd.com/gpu{{ else }}nvidia.com/gpu{{ end }}
 {{- end }}
 
+{{/* The platform's serving image; an empty tag is this chart's own image, tagged as
+`make images` tags it: <appVersion>-vllm<vLLM version>. */}}
 {{- define "dsv4.image" -}}
 {{- $ref := get .Values.image .Values.platform }}
-{{- printf "%s:%s" $ref.repository $ref.tag }}
+{{- $vllm := index .Chart.Annotations "ai.dsv4-serve.vllm-version" | required "Chart.yaml: annotation ai.dsv4-serve.vllm-version missing" }}
+{{- printf "%s:%s" $ref.repository (default (printf "%s-vllm%s" .Chart.AppVersion $vllm) $ref.tag) }}
 {{- end }}
 
 {{- define "dsv4.serviceAccountName" -}}
@@ -206,6 +209,28 @@ HAProxy's included (ray/serve/_private/constants.py defaults). */}}
 {{- if and .Values.networkPolicy.enabled $eg.restrict (include "dsv4.scaling" . | fromYaml).autoscale (not $eg.apiServer.cidrs) }}
 {{- fail "networkPolicy.egress.restrict=true with autoscaling needs networkPolicy.egress.apiServer.cidrs: KubeRay's autoscaler sidecar in the head pod calls the Kubernetes API (kubectl get endpoints kubernetes shows its addresses)" }}
 {{- end }}
+{{- end }}
+
+{{/*
+Scrape targets (PodMonitor and ServiceMonitor endpoints), each on the pods that serve it
+(finding 6: no permanently down target):
+  metrics     Ray's metrics export port (engine ray_vllm_*, Serve) on every Ray pod, once Ray
+              runs (a pod in its init containers, e.g. waiting for the weights, has an IP but
+              no Ray yet);
+  gw-metrics  the gateway port of each engine replica, declared only on worker pods that
+              hold one whole replica, and scraped once the pod is Ready, which is when its
+              replica opened it (its readiness probe). Not on the head (no GPU, no replica)
+              nor on hosts of a multi-host replica (which host gets it is Ray's choice).
+HAProxy's own exporter (9101) and stats page (8404) are not scraped: Serve's HTTP metrics
+come through Ray's port already.
+*/}}
+{{- define "dsv4.scrapeEndpoints" -}}
+{{- $row := include "dsv4.preset" . | fromYaml }}
+{{- $endpoints := list (dict "port" "metrics" "meta" "__meta_kubernetes_pod_phase" "regex" "Running") }}
+{{- if le (int $row.nodesPerReplica) 1 }}
+{{- $endpoints = append $endpoints (dict "port" "gw-metrics" "meta" "__meta_kubernetes_pod_ready" "regex" "true") }}
+{{- end }}
+{{- toYaml $endpoints }}
 {{- end }}
 
 {{/* Label selectors: the Ray pods of this release (head, workers) and its client pods. */}}

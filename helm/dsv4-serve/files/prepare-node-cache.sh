@@ -1,0 +1,1 @@
+chown "$OWNER" /model-cache && echo "node cache owned by $OWNER"
