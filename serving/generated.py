@@ -1,7 +1,8 @@
 """Files the Helm chart carries that are generated from the Python sources of truth.
 
 - the rules file and the dashboard JSON (serving/monitoring), one copy shared by the
-  chart (PrometheusRule, dashboard ConfigMap) and users without Kubernetes;
+  chart (PrometheusRule, dashboard ConfigMap) and users without Kubernetes, and the
+  rules' promtool unit tests beside them;
 - the per-preset sizing table (serving/presets) and values.schema.json (the chart's
   typed values).
 
@@ -18,6 +19,7 @@ import yaml
 
 CHART_DIR = Path(__file__).resolve().parents[1] / "helm" / "dsv4-serve"
 RULES_FILE = CHART_DIR / "files" / "dsv4-rules.yaml"
+RULES_TEST_FILE = CHART_DIR / "files" / "dsv4-rules.test.yaml"
 DASHBOARD_FILE = CHART_DIR / "files" / "dsv4-dashboard.json"
 PRESETS_FILE = CHART_DIR / "files" / "presets.yaml"
 VALUES_SCHEMA_FILE = CHART_DIR / "values.schema.json"
@@ -28,16 +30,21 @@ def rendered() -> dict[Path, str]:
     from serving.chart.presets_table import presets_table
     from serving.chart.values_model import values_schema
     from serving.monitoring.dashboard import dashboard
+    from serving.monitoring.rule_tests import rule_tests
     from serving.monitoring.rules import rule_groups
 
-    def as_yaml(data: object) -> str:
-        return HEADER + yaml.safe_dump(data, sort_keys=False, width=100)
+    def as_yaml(data: object, note: str = "") -> str:
+        return HEADER + note + yaml.safe_dump(data, sort_keys=False, width=100)
 
     def as_json(data: object) -> str:
         return json.dumps(data, indent=2) + "\n"
 
     return {
         RULES_FILE: as_yaml(rule_groups()),
+        RULES_TEST_FILE: as_yaml(
+            rule_tests(),
+            f"# Unit tests of {RULES_FILE.name}: promtool test rules {RULES_TEST_FILE.name}\n",
+        ),
         DASHBOARD_FILE: as_json(dashboard()),
         PRESETS_FILE: as_yaml(presets_table()),
         VALUES_SCHEMA_FILE: as_json(values_schema()),

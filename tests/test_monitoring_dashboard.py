@@ -4,6 +4,7 @@ their plugin schemas, and every PromQL expression parsed by promtool."""
 import json
 import shutil
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +15,7 @@ from serving import generated
 from serving.monitoring.dashboard import ROWS, dashboard, queries
 
 PROMTOOL = shutil.which("promtool")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _validator(shared_dir: Path, name: str, definition: str | None = None):
@@ -69,3 +71,11 @@ def test_every_query_parses(tmp_path: Path):
     out = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(exprs)} rules found" in out.stdout
+
+
+def test_builders_are_the_pinned_grafana_11_6_release():
+    # Without its epoch, pip resolves grafana-foundation-sdk to the newest one: schema 10.1.
+    installed = version("grafana-foundation-sdk")
+    assert installed.endswith("!11.6.0"), installed
+    for name in ("pyproject.toml", "requirements-cpu.txt", "requirements-cpu.lock"):
+        assert f"grafana-foundation-sdk=={installed}" in (ROOT / name).read_text(), name

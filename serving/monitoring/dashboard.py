@@ -1,12 +1,53 @@
-"""The Grafana dashboard (schema 11.6 JSON) over the ``dsv4:`` recorded series."""
+"""The Grafana dashboard (schema 11.6 JSON) over the ``dsv4:`` recorded series, built
+with Grafana's typed builders (``grafana-foundation-sdk``, the 11.6 schema release).
+
+Panels are plain data (``Panel``, ``ROWS``); ``dashboard()`` turns them into SDK builders
+and returns the JSON the SDK's encoder writes (the SDK adds a few of Grafana's defaults,
+such as ``transparent`` and ``fiscalYearStartMonth``). Written by hand, because the SDK
+has nothing for it:
+
+- rows stay expanded with their panels after them at the top level, which is how Grafana
+  saves an expanded row: the SDK's ``Row.with_panel`` nests panels and marks the row
+  collapsed, so rows are added empty and their panels with ``Dashboard.with_panel``
+  (whose grid placement puts two panels a line under each row);
+- panel ids: the SDK leaves them unset, and Grafana needs them unique.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from grafana_foundation_sdk.builders import prometheus, table, timeseries
+from grafana_foundation_sdk.builders.common import VizLegendOptions, VizTooltipOptions
+from grafana_foundation_sdk.builders.dashboard import Dashboard as DashboardBuilder
+from grafana_foundation_sdk.builders.dashboard import (
+    DatasourceVariable,
+    QueryVariable,
+    Row,
+    ThresholdsConfig,
+)
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import (
+    LegendDisplayMode,
+    LegendPlacement,
+    SortOrder,
+    TooltipDisplayMode,
+)
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DataSourceRef,
+    Threshold,
+    ThresholdsMode,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 UID = "dsv4-serve-mtp"
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 MODEL = 'namespace=~"$namespace", model_name=~"$model"'
 REPLICA = f'{MODEL}, replica=~"$replica"'
 # DeepSeek-V4 technical report / vLLM recipe: mean acceptance length with MTP.
@@ -21,51 +62,49 @@ class Panel:
     description: str
     queries: list[tuple[str, str]]  # (PromQL, legend)
     unit: str = "short"
-    kind: str = "timeseries"
+    kind: Literal["timeseries", "table"] = "timeseries"
     thresholds: list[tuple[str, float]] = field(default_factory=list)
 
-    def to_json(self, panel_id: int, x: int, y: int) -> dict[str, Any]:
-        targets = [
-            {
-                "datasource": DATASOURCE,
-                "expr": expr,
-                "legendFormat": legend,
-                "refId": chr(ord("A") + i),
-                "range": self.kind == "timeseries",
-                "instant": self.kind != "timeseries",
-                "format": "table" if self.kind == "table" else "time_series",
-            }
-            for i, (expr, legend) in enumerate(self.queries)
-        ]
-        steps = [{"color": c, "value": v} for c, v in self.thresholds or [("green", 0)]]
-        defaults: dict[str, Any] = {
-            "unit": self.unit,
-            "thresholds": {"mode": "absolute", "steps": steps},
-        }
-        options: dict[str, Any]
+    def builder(self, panel_id: int) -> timeseries.Panel | table.Panel:
+        steps = [Threshold(color=c, value=v) for c, v in self.thresholds or [("green", 0)]]
+        panel = timeseries.Panel() if self.kind == "timeseries" else table.Panel()
+        panel = (
+            panel.id(panel_id)
+            .title(self.title)
+            .description(self.description)
+            .datasource(DATASOURCE)
+            .height(PANEL_HEIGHT)
+            .span(PANEL_WIDTH)
+            .targets(
+                [self._target(i, expr, legend) for i, (expr, legend) in enumerate(self.queries)]
+            )
+            .unit(self.unit)
+            .thresholds(ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps(steps))
+            .overrides([])
+        )
+        if isinstance(panel, timeseries.Panel):
+            legend = (
+                VizLegendOptions()
+                .display_mode(LegendDisplayMode.LIST)
+                .placement(LegendPlacement.BOTTOM)
+                .calcs([])
+                .show_legend(True)
+            )
+            tooltip = VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.NONE)
+            return panel.legend(legend).tooltip(tooltip)
+        return panel.show_header(True)
+
+    def _target(self, index: int, expr: str, legend: str) -> prometheus.Dataquery:
+        query = (
+            prometheus.Dataquery()
+            .datasource(DATASOURCE)
+            .expr(expr)
+            .legend_format(legend)
+            .ref_id(chr(ord("A") + index))
+        )
         if self.kind == "timeseries":
-            options = {
-                "legend": {
-                    "displayMode": "list",
-                    "placement": "bottom",
-                    "calcs": [],
-                    "showLegend": True,
-                },
-                "tooltip": {"mode": "multi", "sort": "none"},
-            }
-        else:
-            options = {"showHeader": True}
-        return {
-            "type": self.kind,
-            "id": panel_id,
-            "title": self.title,
-            "description": self.description,
-            "datasource": DATASOURCE,
-            "gridPos": {"h": PANEL_HEIGHT, "w": PANEL_WIDTH, "x": x, "y": y},
-            "targets": targets,
-            "fieldConfig": {"defaults": defaults, "overrides": []},
-            "options": options,
-        }
+            return query.range().format(PromQueryFormat.TIME_SERIES)
+        return query.instant().format(PromQueryFormat.TABLE)
 
 
 def _published_lines() -> list[tuple[str, str]]:
@@ -259,30 +298,24 @@ ROWS: list[tuple[str, list[Panel]]] = [
 ]
 
 
-def _variable(name: str, label: str, query: str, all_value: str = ".*") -> dict[str, Any]:
-    return {
-        "type": "query",
-        "name": name,
-        "label": label,
-        "datasource": DATASOURCE,
-        "query": query,
-        "refresh": 2,
-        "includeAll": True,
-        "multi": True,
-        "allValue": all_value,
-        "current": {"text": "All", "value": "$__all"},
-        "sort": 1,
-    }
+def _variable(name: str, label: str, query: str) -> QueryVariable:
+    return (
+        QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
+        .query(query)
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .include_all(True)
+        .multi(True)
+        .all_value(".*")
+        .current(VariableOption(text="All", value="$__all"))
+        .sort(VariableSort.ALPHABETICAL_ASC)
+    )
 
 
-def _templating() -> list[dict[str, Any]]:
+def _variables() -> list[DatasourceVariable | QueryVariable]:
     return [
-        {
-            "type": "datasource",
-            "name": "datasource",
-            "label": "Prometheus",
-            "query": "prometheus",
-        },
+        DatasourceVariable("datasource").label("Prometheus").type("prometheus"),
         _variable("namespace", "Namespace", "label_values(dsv4:engines:count, namespace)"),
         _variable(
             "model",
@@ -298,45 +331,32 @@ def _templating() -> list[dict[str, Any]]:
 
 
 def dashboard() -> dict[str, Any]:
-    panels: list[dict[str, Any]] = []
-    y = 0
+    board = (
+        DashboardBuilder("DSV4 serving: MTP speculative decoding")
+        .uid(UID)
+        .description(
+            "Acceptance, latency, load and overrides of dsv4-serve (recorded dsv4:"
+            " series; load the dsv4 rules first)"
+        )
+        .tags(["dsv4", "vllm", "mtp", "ray-serve"])
+        .timezone("browser")
+        .editable()
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .refresh("30s")
+        .time("now-3h", "now")
+        .version(1)
+        .variables(_variables())
+        .annotations([])
+        .links([])
+    )
     next_id = 1
     for title, row_panels in ROWS:
-        panels.append(
-            {
-                "type": "row",
-                "id": next_id,
-                "title": title,
-                "collapsed": False,
-                "panels": [],
-                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
-            }
-        )
+        board.with_row(Row(title).id(next_id).collapsed(False))
         next_id += 1
-        y += 1
-        for i, panel in enumerate(row_panels):
-            x = (i % 2) * PANEL_WIDTH
-            panels.append(panel.to_json(next_id, x, y + (i // 2) * PANEL_HEIGHT))
+        for panel in row_panels:
+            board.with_panel(panel.builder(next_id))
             next_id += 1
-        y += ((len(row_panels) + 1) // 2) * PANEL_HEIGHT
-    return {
-        "uid": UID,
-        "title": "DSV4 serving: MTP speculative decoding",
-        "description": "Acceptance, latency, load and overrides of dsv4-serve (recorded dsv4:"
-        " series; load the dsv4 rules first)",
-        "tags": ["dsv4", "vllm", "mtp", "ray-serve"],
-        "timezone": "browser",
-        "editable": True,
-        "graphTooltip": 1,
-        "refresh": "30s",
-        "time": {"from": "now-3h", "to": "now"},
-        "schemaVersion": 41,
-        "version": 1,
-        "panels": panels,
-        "templating": {"list": _templating()},
-        "annotations": {"list": []},
-        "links": [],
-    }
+    return json.loads(json.dumps(board.build(), cls=JSONEncoder))
 
 
 TEMPLATE_VARIABLES = ("$namespace", "$model", "$replica")

@@ -1,0 +1,310 @@
+"""promtool unit tests of the rules, as data: `dsv4-serve generate` writes them to
+helm/dsv4-serve/files/dsv4-rules.test.yaml beside the rules file, so that
+
+    promtool test rules helm/dsv4-serve/files/dsv4-rules.test.yaml
+
+runs them alone. Two engines of "flash" through Ray (``ray_vllm_*``, ReplicaId r1 and
+r2) and one of "weak" on vLLM's own server (``vllm:*``), a model whose engine stops
+reporting, the gateway's thresholds and requests. Expected values are worked out by
+hand from the input series; the expected annotations are the rules' own templates
+rendered as Prometheus renders them, so rewording an alert needs no edit here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serving.monitoring.rules import LATENCIES, QUANTILES, rule_groups
+
+RULES_FILE = "dsv4-rules.yaml"  # promtool reads it relative to the test file
+
+NS = "prod"
+# flash: two engines through Ray (ReplicaId r1, r2); weak: one engine on vLLM's server.
+FLASH = {"namespace": NS, "model_name": "flash", "instance": "node-a:8080"}
+WEAK = {"namespace": NS, "model_name": "weak", "instance": "10.0.0.5:8000", "engine": "0"}
+WEAK_REPLICA = WEAK["instance"]
+MINUTES = 400
+
+
+def series(name: str, labels: dict[str, str], per_minute: float, start: float = 0) -> dict:
+    return {"series": _sel(name, labels), "values": f"{start}+{per_minute}x{MINUTES}"}
+
+
+def constant(name: str, labels: dict[str, str], value: float) -> dict:
+    return {"series": _sel(name, labels), "values": f"{value}x{MINUTES}"}
+
+
+def flash_engine(replica: str, metric: str, per_minute: float, **extra: str) -> dict:
+    labels = {**FLASH, "engine": "0", "ReplicaId": replica, **extra}
+    return series(f"ray_vllm_{metric}", labels, per_minute)
+
+
+def weak_engine(metric: str, per_minute: float, **extra: str) -> dict:
+    return series(f"vllm:{metric}", {**WEAK, **extra}, per_minute)
+
+
+def histogram(metric: str, bounds: list[float], hot: float, add) -> list[dict]:
+    """Every observation (10 a minute) lands in the bucket whose upper bound is ``hot``."""
+    counts = [(str(le), 10 if le >= hot else 0) for le in bounds] + [("+Inf", 10)]
+    buckets = [add(f"{metric}_bucket", n, le=le) for le, n in counts]
+    return [*buckets, add(f"{metric}_count", 10)]
+
+
+def input_series() -> list[dict]:
+    s = []
+    for replica, draft, accepted, drafts, pos0, pos1, output, kv_usage in [
+        ("r1", 60, 48, 30, 27, 21, 90, 0.25),
+        ("r2", 120, 60, 60, 36, 24, 150, 0.5),
+    ]:
+
+        def add(metric, per_minute, replica=replica, **extra):
+            return flash_engine(replica, metric, per_minute, **extra)
+
+        s += [
+            add("spec_decode_num_draft_tokens_total", draft),
+            add("spec_decode_num_accepted_tokens_total", accepted),
+            add("spec_decode_num_drafts_total", drafts),
+            add("spec_decode_num_accepted_tokens_per_pos_total", pos0, position="0"),
+            add("spec_decode_num_accepted_tokens_per_pos_total", pos1, position="1"),
+            add("generation_tokens_total", output),
+            add("request_success_total", 6, finished_reason="length"),
+            {**add("num_requests_running", 0), "values": f"4x{MINUTES}"},
+            {**add("num_requests_waiting", 0), "values": f"2x{MINUTES}"},
+            {**add("kv_cache_usage_perc", 0), "values": f"{kv_usage}x{MINUTES}"},
+        ]
+        s += histogram("time_to_first_token_seconds", [1.0, 2.5], 2.5, add)
+        s += histogram("request_time_per_output_token_seconds", [0.05, 0.1], 0.1, add)
+        for metric in ("inter_token_latency_seconds", "e2e_request_latency_seconds"):
+            s += histogram(metric, [0.05, 0.1], 0.1, add)
+        s += histogram("request_queue_time_seconds", [0.05, 0.1], 0.05, add)
+    s += [
+        weak_engine("spec_decode_num_draft_tokens_total", 60),
+        weak_engine("spec_decode_num_accepted_tokens_total", 3),
+        weak_engine("spec_decode_num_drafts_total", 60),
+        weak_engine("spec_decode_num_accepted_tokens_per_pos_total", 3, position="0"),
+        weak_engine("generation_tokens_total", 63),
+        {**weak_engine("num_requests_running", 0), "values": f"1x{MINUTES}"},
+        weak_engine("num_requests_waiting", 1),  # grows by one a minute
+    ]
+    s += histogram("time_to_first_token_seconds", [0.5, 1.0], 0.5, weak_engine)
+    s += histogram("request_time_per_output_token_seconds", [0.05, 0.1], 0.05, weak_engine)
+    # A model whose only engine stops reporting after 100 minutes.
+    gone = {"namespace": NS, "model_name": "gone", "ReplicaId": "g1", "engine": "0"}
+    s.append({"series": _sel("ray_vllm_num_requests_running", gone), "values": "0x100"})
+    # The gateway of flash: thresholds of its preset, requests, overload rejections.
+    for name, value in {
+        "acceptance_baseline": 0.65,
+        "acceptance_floor": 0.4,
+        "ttft_slo_seconds": 2.0,
+        "tpot_slo_seconds": 0.1,
+        "draft_cost_ratio": 0.05,
+    }.items():
+        labels = {"namespace": NS, "model_name": "flash", "threshold": name}
+        s.append(constant("dsv4_monitoring_threshold", labels, value))
+    gw = {"namespace": NS, "model": "flash", "route": "/v1/completions"}
+    s += [
+        series("dsv4_gateway_requests_total", {**gw, "status": "200"}, 90),
+        series("dsv4_gateway_requests_total", {**gw, "status": "500"}, 30),
+        series("dsv4_gateway_rejected_total", {**gw, "status": "429"}, 6),
+    ]
+    for deployment, healthy in [("LLMServer:flash", 1), ("LLMServer:weak", 0)]:
+        labels = {"application": "dsv4", "deployment": deployment, "replica": "x"}
+        s.append(constant("ray_serve_deployment_replica_healthy", labels, healthy))
+    return s
+
+
+def _sel(name: str, labels: dict[str, str]) -> str:
+    return name + "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+FLASH_KEY = {"namespace": NS, "model_name": "flash"}
+WEAK_KEY = {"namespace": NS, "model_name": "weak"}
+
+
+def expect(expr: str, *samples: tuple[dict[str, str], float]) -> dict:
+    return {
+        "expr": expr,
+        "eval_time": "390m",
+        "exp_samples": [
+            {"labels": _sel(expr.split("{")[0], lab), "value": v} for lab, v in samples
+        ],
+    }
+
+
+def per_replica(expr: str, r1: float, r2: float, weak: float | None = None) -> dict:
+    """``expr`` per replica: flash's r1 and r2 (Ray's ReplicaId), and weak's (the scrape
+    instance of vLLM's own server) unless ``weak`` is None."""
+    samples = [({**FLASH_KEY, "replica": "r1"}, r1), ({**FLASH_KEY, "replica": "r2"}, r2)]
+    if weak is not None:
+        samples.append(({**WEAK_KEY, "replica": WEAK_REPLICA}, weak))
+    return expect(expr, *samples)
+
+
+def recording_tests() -> list[dict]:
+    f, w = FLASH_KEY, WEAK_KEY
+    tests = [
+        expect("dsv4:engines:count", (f, 2), (w, 1)),
+        # Summed over engines, then divided: 1.8/3 = 0.6, not the mean of 0.8 and 0.5.
+        expect("dsv4:draft_tokens:rate5m", (f, 3.0), (w, 1.0)),
+        expect("dsv4:accepted_tokens:rate5m", (f, 1.8), (w, 0.05)),
+        expect("dsv4:drafts:rate5m", (f, 1.5), (w, 1.0)),
+        expect("dsv4:generation_tokens:rate5m", (f, 4.0), (w, 1.05)),
+        expect("dsv4:spec_decode_acceptance_rate:ratio5m", (f, 0.6), (w, 0.05)),
+        expect("dsv4:spec_decode_acceptance_length:ratio5m", (f, 2.2), (w, 1.05)),
+        expect("dsv4:spec_decode_draft_length:ratio5m", (f, 2.0), (w, 1.0)),
+        expect("dsv4:rejected_tokens:rate5m", (f, 1.2), (w, 0.95)),
+        expect("dsv4:spec_decode_draft_share:ratio5m", (f, 0.45), (w, 0.05 / 1.05)),
+        expect(
+            "dsv4:accepted_tokens_per_position:rate5m",
+            ({**f, "position": "0"}, 1.05),
+            ({**f, "position": "1"}, 0.75),
+            ({**w, "position": "0"}, 0.05),
+        ),
+        expect(
+            "dsv4:spec_decode_position_acceptance_rate:ratio5m",
+            ({**f, "position": "0"}, 1.05 / 1.5),
+            ({**f, "position": "1"}, 0.5),
+            ({**w, "position": "0"}, 0.05),
+        ),
+        expect("dsv4:spec_decode_breakeven_accepted_tokens:rate5m", (f, 3.0 * 0.05), (w, 0.1)),
+        # Per replica: Ray's ReplicaId, or the scrape instance for vLLM's own server.
+        per_replica("dsv4:spec_decode_acceptance_rate:replica_ratio5m", 0.8, 0.5, 0.05),
+        per_replica("dsv4:spec_decode_acceptance_length:replica_ratio5m", 1 + 0.8 / 0.5, 2.0, 1.05),
+        per_replica("dsv4:draft_tokens:replica_rate5m", 1.0, 2.0, 1.0),
+        per_replica("dsv4:accepted_tokens:replica_rate5m", 0.8, 1.0, 0.05),
+        per_replica("dsv4:drafts:replica_rate5m", 0.5, 1.0, 1.0),
+        per_replica("dsv4:generation_tokens:replica_rate5m", 1.5, 2.5, 1.05),
+        # Thresholds: flash's gateway exports its preset's; weak falls back to the defaults.
+        expect("dsv4:threshold:acceptance_baseline", (f, 0.65), (w, 0.6)),
+        expect("dsv4:threshold:acceptance_floor", (f, 0.4), (w, 0.3)),
+        expect("dsv4:threshold:ttft_slo_seconds", (f, 2.0), (w, 2.0)),
+        expect("dsv4:threshold:tpot_slo_seconds", (f, 0.1), (w, 0.1)),
+        expect("dsv4:threshold:draft_cost_ratio", (f, 0.05), (w, 0.1)),
+        expect("dsv4:requests_running:sum", (f, 8), (w, 1)),
+        expect("dsv4:requests_waiting:sum", (f, 4), (w, 390)),
+        per_replica("dsv4:requests_running:replica_sum", 4, 4, 1),
+        per_replica("dsv4:kv_cache_usage:replica_max", 0.25, 0.5),
+        expect("dsv4:requests_finished:rate5m", ({**f, "finished_reason": "length"}, 0.2)),
+        expect(
+            "dsv4:gateway_requests:rate5m",
+            ({**f, "code": "2xx"}, 1.5),
+            ({**f, "code": "5xx"}, 0.5),
+        ),
+        expect("dsv4:gateway_error_ratio:ratio5m", (f, 0.25)),
+        expect("dsv4:gateway_rejected:rate5m", (f, 0.1)),
+        expect(
+            "dsv4:serve_healthy_replicas:sum",
+            ({"application": "dsv4", "deployment": "LLMServer:flash"}, 1),
+            ({"application": "dsv4", "deployment": "LLMServer:weak"}, 0),
+        ),
+    ]
+    # Quantiles: all of flash's observations sit in one bucket, so linear interpolation
+    # inside it gives lower + (upper - lower) * q.
+    flash_bucket = {
+        "ttft": (1.0, 2.5),
+        "tpot": (0.05, 0.1),
+        "itl": (0.05, 0.1),
+        "e2e": (0.05, 0.1),
+        "queue": (0.0, 0.05),
+    }
+    weak_bucket = {"ttft": (0.0, 0.5), "tpot": (0.0, 0.05)}
+    for short in LATENCIES:
+        for q in QUANTILES:
+            samples = [({**f, "quantile": q}, _interp(flash_bucket[short], float(q)))]
+            if short in weak_bucket:
+                samples.append(({**w, "quantile": q}, _interp(weak_bucket[short], float(q))))
+            tests.append(expect(f'dsv4:{short}_seconds:quantile5m{{quantile="{q}"}}', *samples))
+        if short in weak_bucket:
+            for window in ("30m", "1h", "6h"):
+                tests.append(
+                    expect(
+                        f"dsv4:{short}_seconds:quantile{window}",
+                        ({**f, "quantile": "0.9"}, _interp(flash_bucket[short], 0.9)),
+                        ({**w, "quantile": "0.9"}, _interp(weak_bucket[short], 0.9)),
+                    )
+                )
+    return tests
+
+
+def _interp(bucket: tuple[float, float], q: float) -> float:
+    low, high = bucket
+    return low + (high - low) * q
+
+
+ALERTS = {r["alert"]: r for g in rule_groups()["groups"] for r in g["rules"] if "alert" in r}
+
+
+def _render(template: str, labels: dict[str, str], value: float) -> str:
+    """The two template forms the rules use, rendered as Prometheus does."""
+    text = template.replace("{{ $value | humanizePercentage }}", f"{value * 100:.4g}%")
+    for key, val in labels.items():
+        text = text.replace(f"{{{{ $labels.{key} }}}}", val)
+    return text
+
+
+def alert(name: str, at: str, *fired: tuple[dict[str, str], float]) -> dict:
+    """``fired``: (labels, value) of each alert expected to fire at ``at``."""
+    annotations = ALERTS[name]["annotations"]
+    return {
+        "eval_time": at,
+        "alertname": name,
+        "exp_alerts": [
+            {
+                "exp_labels": {**lab, "alertname": name},
+                "exp_annotations": {k: _render(v, lab, value) for k, v in annotations.items()},
+            }
+            for lab, value in fired
+        ],
+    }
+
+
+def _sev(key: dict[str, str], severity: str, **extra: str) -> dict[str, str]:
+    return {**key, **extra, "severity": severity, "team": "dsv4-serve"}
+
+
+def alert_tests() -> list[dict]:
+    f, w = FLASH_KEY, WEAK_KEY
+    weak_llm = {"application": "dsv4", "deployment": "LLMServer:weak"}
+    return [
+        alert("DSV4MTPAcceptanceCollapse", "390m", (_sev(w, "critical"), 0.05)),
+        # flash (0.6) is below its preset's baseline 0.65 but above the default 0.6.
+        alert(
+            "DSV4MTPAcceptanceBelowBaseline",
+            "390m",
+            (_sev(f, "warning"), 0.6),
+            (_sev(w, "warning"), 0.05),
+        ),
+        alert("DSV4MTPPositionZeroCollapse", "390m", (_sev(w, "critical", position="0"), 0.05)),
+        alert("DSV4SpeculationNotPayingOff", "390m", (_sev(w, "warning"), 0.05)),
+        alert("DSV4TTFTSLOBurnFast", "390m", (_sev(f, "critical"), 2.35)),
+        alert("DSV4TTFTSLOBurnSlow", "390m", (_sev(f, "warning"), 2.35)),
+        alert("DSV4TPOTSLOBurnFast", "390m"),  # p90 0.095 s: inside both SLOs
+        alert("DSV4TPOTSLOBurnSlow", "390m"),
+        alert("DSV4NoReadyReplicas", "390m", (_sev(weak_llm, "critical"), 0)),
+        alert(
+            "DSV4EngineDown", "116m", (_sev({"namespace": NS, "model_name": "gone"}, "critical"), 1)
+        ),
+        alert("DSV4EngineDown", "390m"),  # gone's 15-minute look-back has passed
+        alert("DSV4RequestsFailing", "390m", (_sev(f, "critical"), 0.25)),
+        alert("DSV4RequestsRejected", "390m", (_sev(f, "warning"), 0.1)),
+        alert("DSV4QueueGrowing", "390m", (_sev(w, "warning"), 390)),
+        # Not yet: each alert waits for its `for:` to pass.
+        alert("DSV4MTPAcceptanceCollapse", "8m"),
+        alert("DSV4MTPAcceptanceBelowBaseline", "20m"),
+    ]
+
+
+def rule_tests() -> dict[str, Any]:
+    """The promtool test file (``promtool test rules`` format)."""
+    return {
+        "rule_files": [RULES_FILE],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": input_series(),
+                "promql_expr_test": recording_tests(),
+                "alert_rule_test": alert_tests(),
+            }
+        ],
+    }
