@@ -216,7 +216,7 @@ binfmt:
 
 # Both Dockerfiles built with buildah on a local stand-in of the vLLM images (part of make test).
 image-test: deps
-	$(PY) -m pytest -ra tests/test_images.py
+	$(PY) -m pytest -ra tests/images/test_images.py
 
 clean:
 	rm -rf .cache .pytest_cache .ruff_cache

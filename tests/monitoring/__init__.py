@@ -1,0 +1,1 @@
+"""Recording rules, alerts and the dashboard; live scraping with Prometheus (slow)."""

@@ -1,0 +1,55 @@
+"""Run tests/support/op_oracle.py for a cases module; native `_C` ops here or under bf16emu."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import ROOT
+
+
+def cpu_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("DSV4_SHARED_DIR", ROOT.parent / "shared"))
+
+
+def bf16emu_library() -> Path:
+    """Build ../shared/tools/bf16emu once into .cache (a test oracle, never shipped)."""
+    source = shared_dir() / "tools" / "bf16emu" / "bf16emu.c"
+    out = ROOT / ".cache" / "bf16emu" / "libbf16emu.so"
+    if not out.exists() or out.stat().st_mtime < source.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(out), str(source)], check=True)
+    return out
+
+
+def oracle_prefix() -> list[str]:
+    """Extra child arguments so that vLLM's native `_C` runs on this CPU."""
+    flags = cpu_flags()
+    if "avx512_bf16" in flags:
+        return []
+    if "avx512f" in flags:
+        return ["--emulate", str(bf16emu_library())]
+    pytest.skip("no AVX-512: vLLM's native _C cannot run on this CPU, even emulated")
+
+
+def compare_with_native(cases_module: str, timeout: int = 600) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.op_oracle", cases_module, *oracle_prefix()],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert proc.returncode == 0 and line, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads(line.removeprefix("RESULT "))

@@ -1,0 +1,1 @@
+"""Tests that need no engine: pure Python, kernel ops, registry, presets, gateway units."""
