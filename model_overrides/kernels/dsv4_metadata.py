@@ -280,3 +280,59 @@ def token_to_req_indices(
     req = torch.where(tokens < num_mapped_tokens, req, torch.zeros_like(req))
     out[:num_tokens] = req.to(out.dtype)
     return out[:num_tokens]
+
+
+# Launch-signature adapters: vLLM's kernel dispatcher calls a replacement with the Triton
+# kernel's own arguments (pointers are the tensors), so these take exactly those names.
+
+
+def compressed_slot_mapping_kernel(
+    compressed_slot_mapping_ptr: torch.Tensor,
+    slot_mapping_ptr: torch.Tensor,
+    query_start_loc_ptr: torch.Tensor,
+    seq_lens_ptr: torch.Tensor,
+    block_table_ptr: torch.Tensor,
+    block_table_stride: int,
+    block_size: int,
+    dcp_world_size: int,
+    cp_interleave: int,
+    COMPRESS_RATIO: int,  # noqa: N803 - the kernel's name
+    PAD_ID: int,  # noqa: N803
+    TRITON_BLOCK_SIZE: int,  # noqa: N803
+) -> None:
+    """CompressedSlotMappingKernel.kernel; its grid is one program per block-table row."""
+    assert PAD_ID == PAD_SLOT, f"pad slot {PAD_ID}, expected {PAD_SLOT}"
+    assert block_table_stride == block_table_ptr.stride(0)
+    compressed_slot_mapping(
+        compressed_slot_mapping_ptr,
+        slot_mapping_ptr,
+        query_start_loc_ptr,
+        seq_lens_ptr,
+        block_table_ptr,
+        block_size,
+        COMPRESS_RATIO,
+        dcp_world_size,
+        cp_interleave,
+    )
+
+
+def prefill_metadata_kernel(
+    prefill_gather_lens_ptr: torch.Tensor,
+    seq_lens_ptr: torch.Tensor,
+    query_start_loc_ptr: torch.Tensor,
+    replay_start_ptr: torch.Tensor,
+    num_prefills: int,
+    num_decodes: int,
+    window_size: int,
+    BLOCK_SIZE: int,  # noqa: N803 - the kernel's name
+) -> None:
+    """ComputePrefillMetadataKernel.kernel; its grid is one program."""
+    compute_prefill_metadata(
+        prefill_gather_lens_ptr,
+        seq_lens_ptr,
+        query_start_loc_ptr,
+        replay_start_ptr,
+        num_prefills,
+        num_decodes,
+        window_size,
+    )

@@ -1,8 +1,9 @@
-"""A patch that swaps a module-level object for ours, recognising what it replaces."""
+"""Patches that swap a kernel for ours, recognising what they replace: through vLLM's
+kernel dispatcher where the kernel's launch arguments carry everything it needs
+(``DispatchedKernel``), else by replacing the JIT warm-up owner (``KernelSwap``)."""
 
 import importlib
 import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -50,6 +51,10 @@ class KernelSwap:
     class_name: str
     replacement: Callable[..., None]
 
+    @property
+    def label(self) -> str:
+        return self.class_name
+
     def expected_parameters(self) -> list[str]:
         return list(inspect.signature(self.replacement).parameters)
 
@@ -90,52 +95,72 @@ class KernelSwap:
         return None
 
 
-@dataclass(frozen=True)
-class FunctionSwap:
-    """Replace a module-level function everywhere it was imported by name."""
+def kernel_parameters(kernel: Any) -> list[str]:
+    """A Triton kernel's launch arguments; the plain function's parameters where vLLM's
+    Triton placeholder left the undecorated function (no Triton backend)."""
+    names = getattr(kernel, "arg_names", None)
+    if names is not None:
+        return list(names)
+    return list(inspect.signature(getattr(kernel, "func", kernel)).parameters)
 
-    module: str
-    attr: str
+
+@dataclass(frozen=True)
+class DispatchedKernel:
+    """Replace a Triton kernel (``module.kernel``, or ``module.Owner.kernel`` for a JIT
+    warm-up owner) or a launching function through vLLM's kernel dispatcher
+    (``vllm.triton_utils.dispatcher.register_kernels``, which vllm/platforms/cpu.py uses
+    for its own CPU fallbacks). The dispatcher rebinds every module that imported the
+    original; the replacement takes the kernel's launch arguments, by name."""
+
+    name: str
     replacement: Callable[..., Any]
 
-    def _holders(self, target: Any) -> list[ModuleType]:
-        return [
-            mod
-            for name, mod in list(sys.modules.items())
-            if name.startswith("vllm") and getattr(mod, self.attr, None) is target
-        ]
+    @property
+    def label(self) -> str:
+        """The owner class of a ``.kernel``, else the function's name."""
+        *_, owner, attr = self.name.rsplit(".", 2)
+        return owner if attr == "kernel" else attr
+
+    def _dispatcher(self) -> ModuleType | None:
+        dispatcher = import_optional("vllm.triton_utils.dispatcher")
+        return dispatcher if hasattr(dispatcher, "register_kernels") else None
+
+    def current(self) -> Any:
+        """What ``name`` points at now; None when vLLM has no such kernel."""
+        path, attr = self.name.rsplit(".", 1)
+        mod_path, _, owner = path.rpartition(".")
+        if owner[:1].isupper():
+            host = getattr(import_optional(mod_path), owner, None)
+        else:
+            host = import_optional(path)
+        return getattr(host, attr, None) if host is not None else None
+
+    def _is_ours(self, obj: Any) -> bool:
+        dispatcher = self._dispatcher()
+        override = getattr(dispatcher, "KernelOverride", None)
+        return override is not None and isinstance(obj, override) and obj.func is self.replacement
 
     def probe(self, applicable: Callable[[], str | None]) -> Probe:
-        mod = import_optional(self.module)
-        fn = getattr(mod, self.attr, None) if mod else None
-        if fn is None:
-            return Probe(Need.NOT_APPLICABLE, f"{self.module}.{self.attr} is not in this vLLM")
-        if fn is self.replacement:
-            return Probe(Need.ALREADY_APPLIED, "eager version in place")
-        found = list(inspect.signature(fn).parameters)
+        if self._dispatcher() is None:
+            return Probe(Need.NOT_APPLICABLE, "this vLLM has no Triton kernel dispatcher")
+        obj = self.current()
+        if obj is None:
+            return Probe(Need.NOT_APPLICABLE, f"{self.name} is not in this vLLM")
+        if self._is_ours(obj):
+            return Probe(Need.ALREADY_APPLIED, "eager version registered")
+        found = kernel_parameters(obj)
         expected = list(inspect.signature(self.replacement).parameters)
         if found != expected:
-            return Probe(Need.UNRECOGNISED, f"{self.attr} takes {found}, expected {expected}")
+            return Probe(Need.UNRECOGNISED, f"{self.name} takes {found}, expected {expected}")
         reason = applicable()
         if reason:
             return Probe(Need.NOT_NEEDED, reason)
-        return Probe(Need.NEEDED, f"{self.attr} -> eager torch")
+        return Probe(Need.NEEDED, f"{self.label} -> eager torch")
 
     def apply(self) -> None:
-        original = getattr(importlib.import_module(self.module), self.attr)
-        for mod in self._holders(original):
-            setattr(mod, self.attr, self.replacement)
+        self._dispatcher().register_kernels({self.name: self.replacement})
 
     def verify(self) -> str | None:
-        mod = importlib.import_module(self.module)
-        if getattr(mod, self.attr) is not self.replacement:
-            return f"{self.module}.{self.attr} is not the eager version"
-        stale = [
-            name
-            for name, m in list(sys.modules.items())
-            if name.startswith("vllm")
-            and callable(getattr(m, self.attr, None))
-            and getattr(m, self.attr) is not self.replacement
-            and getattr(getattr(m, self.attr), "__module__", "") == self.module
-        ]
-        return f"still bound to the Triton version in {stale}" if stale else None
+        if not self._is_ours(self.current()):
+            return f"{self.name} is not the registered eager version"
+        return None
