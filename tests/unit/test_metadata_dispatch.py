@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 SCRIPT = textwrap.dedent(
     """
