@@ -38,7 +38,7 @@ help:
 	@echo "make images / make push - CUDA (amd64+arm64 manifest list) and ROCm images; make image-test"
 	@echo "make test-fast - lint, unit, chart and rules tests: no engine, no Ray, no apt (minutes)"
 	@echo "make lock    - re-resolve requirements-cpu.txt into the hashed requirements-cpu.lock"
-	@echo "make generate - rewrite the chart's generated files (rules, dashboard, presets, schema)"
+	@echo "make generate - rewrite the chart's generated files (rules, rule tests, dashboard, presets, schema)"
 
 $(PY):
 	@echo ">> creating $(VENV)"

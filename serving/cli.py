@@ -204,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(func=_cmd_doctor)
 
     generate = sub.add_parser(
-        "generate", help="write the chart's generated files (rules, dashboard, presets, schema)"
+        "generate",
+        help="write the chart's generated files (rules, rule tests, dashboard, presets, schema)",
     )
     generate.add_argument("--check", action="store_true", help="fail if any is out of date")
     generate.set_defaults(func=_cmd_generate)
