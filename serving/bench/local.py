@@ -71,6 +71,17 @@ def start_stages(log: str) -> dict[str, float]:
     return stages
 
 
+def _stages_when_printed(log: Path, timeout_s: float = 30) -> dict[str, float]:
+    """HAProxy answers as soon as the replica does, before `serve.run` returns and `up`
+    prints its stage line: wait for it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stages = start_stages(log.read_text(errors="replace"))
+        if "replica" in stages or time.monotonic() > deadline:
+            return stages
+        time.sleep(0.25)
+
+
 def cold_starts(
     kinds: list[str], times: int, log_dir: Path, progress
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
@@ -141,8 +152,7 @@ def start(kind: str, log_dir: Path, progress) -> LocalServer:
             raise RuntimeError(f"{kind} not ready after {READY_TIMEOUT_S} s; see {log}")
         time.sleep(1)
     ready = time.monotonic() - t0
-    time.sleep(0.5)  # let `up` print its stage line
-    stages = start_stages(log.read_text(errors="replace"))
+    stages = _stages_when_printed(log) if kind.partition("@")[0] in RAY_APP_VARIANTS else {}
     progress(f"{kind} ready in {ready:.1f} s {stages or ''}")
     target = Target(kind, base_url, SERVED_MODEL_NAME, metrics_url)
     return LocalServer(target, proc, ready, stages)
