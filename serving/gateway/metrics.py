@@ -6,11 +6,16 @@ export port that carries the engine's ``ray_vllm_*`` series.
 """
 
 import json
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from model_overrides.engine_status import STATUS_METHOD
+
+logger = logging.getLogger("ray.serve.dsv4")  # logged with the replica's own lines
 REGISTRY = CollectorRegistry(auto_describe=True)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5)
@@ -85,8 +90,14 @@ KNOWN_ROUTES = frozenset(
 )
 
 
-def publish_engine_status(reports: list[dict]) -> None:
-    """One report per engine worker (``model_overrides.engine_status.report``)."""
+async def publish_engine_status(collective_rpc: Callable[[str], Awaitable[list[dict]]]) -> None:
+    """Ask the engine's workers for their override status (``LLMServer.collective_rpc``,
+    or a handle's ``collective_rpc.remote``) and publish one report per worker."""
+    try:
+        reports = await collective_rpc(STATUS_METHOD)
+    except Exception as exc:  # e.g. engine_args replaced our worker extension
+        logger.error("override status unavailable from the engine's workers: %s", exc)
+        return
     for report in reports:
         where = (report["host"], str(report["pid"]))
         for patch in report["patches"]:

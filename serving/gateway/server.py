@@ -14,7 +14,6 @@ from typing import Any
 
 from ray.serve.llm import LLMServer
 
-from model_overrides.engine_status import STATUS_METHOD
 from serving.gateway.admission import EngineLiveness
 from serving.gateway.metrics import publish_engine_status
 from serving.gateway.stack import GatewayOptions, start_metrics_server, wrap_app
@@ -33,10 +32,7 @@ class Dsv4Server(LLMServer):
         logger.info("engine started in %.1fs", time.monotonic() - started)
         start_metrics_server(self._gateway)
         # Asked of the engine's workers: they, not this process, run the model.
-        try:
-            publish_engine_status(await self.collective_rpc(STATUS_METHOD))
-        except Exception as exc:  # e.g. engine_args replaced our worker extension
-            logger.error("override status unavailable from the engine's workers: %s", exc)
+        await publish_engine_status(self.collective_rpc)
 
     async def __serve_build_asgi_app__(self) -> Any:
         app = await super().__serve_build_asgi_app__()
