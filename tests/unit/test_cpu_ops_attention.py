@@ -32,10 +32,7 @@ from model_overrides.kernels.cpu_ops.attention import (
     fused_qnorm_rope_kv_insert_cpu,
 )
 from tests.support.cpu_op_cases.attention import CASES, cos_sin_cache
-from tests.support.native_ops import compare_with_native
-
-BF16_REL = 2.0**-7
-FLIP_FRACTION = 0.005
+from tests.support.native_ops import assert_within_bf16, compare_with_native
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +54,7 @@ def test_matches_native(results: dict, case: str) -> None:
         if name == "dead_row":
             assert d["exact"] and d["max_ref"] == 0.0, where
             continue
-        numel = 1
-        for n in d["shape"]:
-            numel *= n
-        assert d["max_abs"] <= BF16_REL * d["max_ref"], where
-        assert d["mismatched"] <= max(2, int(FLIP_FRACTION * numel)), where
+        assert_within_bf16(d, where)
 
 
 def test_strided_cache_rows() -> None:

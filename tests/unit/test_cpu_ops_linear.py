@@ -20,11 +20,8 @@ import torch
 
 from model_overrides.kernels.cpu_ops.linear import OPS
 from tests.support.cpu_op_cases.linear import CASES
-from tests.support.native_ops import compare_with_native
+from tests.support.native_ops import assert_within_bf16, compare_with_native
 from tests.unit.test_cpu_ops_routing import native_schemas
-
-BF16_REL = 2.0**-7
-FLIP_FRACTION = 0.005
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +39,7 @@ def test_matches_native(results: dict, case: str) -> None:
             assert d["exact"], where
             continue
         assert d["shape_equal"] and d["dtype_equal"] and d["nan_equal"], where
-        numel = 1
-        for n in d["shape"]:
-            numel *= n
-        assert d["max_abs"] <= BF16_REL * d["max_ref"], where
-        assert d["mismatched"] <= max(2, int(FLIP_FRACTION * numel)), where
+        assert_within_bf16(d, where)
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,9 @@ import pytest
 import torch
 
 from tests.support.cpu_op_cases.mhc import CASES
-from tests.support.native_ops import compare_with_native
+from tests.support.native_ops import assert_within_bf16, compare_with_native
 
 FP32_GATE_ATOL = 4e-6
-BF16_REL = 2.0**-7
-FLIP_FRACTION = 0.005
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +48,4 @@ def test_matches_native(results: dict, case: str) -> None:
         elif name in ("post", "comb"):
             assert d["max_abs"] <= FP32_GATE_ATOL, where
         else:
-            numel = 1
-            for n in d["shape"]:
-                numel *= n
-            assert d["max_abs"] <= BF16_REL * d["max_ref"], where
-            assert d["mismatched"] <= max(2, int(FLIP_FRACTION * numel)), where
+            assert_within_bf16(d, where)
