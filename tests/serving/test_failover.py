@@ -23,6 +23,7 @@ import pytest
 from serving.golden import GoldenDesign
 from tests.support.golden_prompts import prompt_of
 from tests.support.ray_app import ray_app
+from tests.support.streams import stream_ending
 
 pytestmark = pytest.mark.slow
 KEY = "failover-key-0123456789"
@@ -70,24 +71,8 @@ def pids(pattern: str) -> list[int]:
 
 
 def stream(base: str, endings: list[str], max_tokens: int = 1500) -> None:
-    """Stream one completion; record how it ended, as the client saw it."""
-    body = {"model": MODEL, "prompt": "neti", "max_tokens": max_tokens, "stream": True}
-    finish = None
-    try:
-        with httpx.stream(
-            "POST", f"{base}/v1/completions", json=body, headers=AUTH, timeout=120
-        ) as response:
-            for line in response.iter_lines():
-                if '"error"' in line:
-                    endings.append("error event")
-                    return
-                if '"finish_reason":"length"' in line.replace(" ", ""):
-                    finish = "length"
-        endings.append("complete" if finish else f"closed without finish ({response.status_code})")
-    except httpx.TimeoutException:
-        endings.append("hang")
-    except httpx.HTTPError as exc:
-        endings.append(f"connection error {type(exc).__name__}")
+    body = {"model": MODEL, "prompt": "neti", "max_tokens": max_tokens}
+    endings.append(stream_ending(base, AUTH, body, timeout=120))
 
 
 class Prober(threading.Thread):

@@ -23,6 +23,7 @@ from serving.metrics_page import RAY_EXPORT_PERIOD_S
 from tests.support.golden_prompts import prompt_of
 from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app
+from tests.support.streams import stream_ending
 
 pytestmark = pytest.mark.slow
 KEY = "reliability-key-0123456789"
@@ -393,20 +394,8 @@ def test_killed_engine_replica_is_replaced(app, golden_design: GoldenDesign):
     endings: list[str] = []
 
     def stream_one():
-        body = {"model": MODEL, "prompt": "neti", "max_tokens": 3000, "stream": True}
-        try:
-            with httpx.stream(
-                "POST", f"{app['base']}/v1/completions", json=body, headers=AUTH, timeout=60
-            ) as stream:
-                for line in stream.iter_lines():
-                    if '"error"' in line:
-                        endings.append("error event")
-                        return
-                endings.append(f"closed ({stream.status_code})")
-        except httpx.TimeoutException:
-            endings.append("hang")
-        except httpx.HTTPError as exc:
-            endings.append(f"connection error {type(exc).__name__}")
+        body = {"model": MODEL, "prompt": "neti", "max_tokens": 3000}
+        endings.append(stream_ending(app["base"], AUTH, body, timeout=60))
 
     threads = [threading.Thread(target=stream_one) for _ in range(2)]
     for t in threads:
@@ -420,8 +409,8 @@ def test_killed_engine_replica_is_replaced(app, golden_design: GoldenDesign):
     for t in threads:
         t.join(120)
     assert len(endings) == 2 and "hang" not in endings, endings
-    # A cut stream must not look like a complete answer.
-    assert not any(e.startswith("closed") for e in endings), endings
+    # A cut stream must not look like a complete answer, nor end as one.
+    assert not any(e.startswith(("closed", "complete")) for e in endings), endings
     FIGURES["killed_replica_stream_endings"] = endings
     body = {"model": MODEL, "prompt": "neti", "max_tokens": 4, "temperature": 0}
     while True:
