@@ -1,4 +1,11 @@
-"""Streamed OpenAI requests at a fixed concurrency (the official client, on httpx)."""
+"""Streamed requests at a fixed concurrency, sent by vLLM's own benchmark client.
+
+The requests go through `vllm bench serve`'s request functions (`ASYNC_REQUEST_FUNCS`,
+aiohttp), so TTFT, ITL and end-to-end latency mean here what they mean in vLLM's
+benchmark. Its `benchmark()` driver is not called: it opens its own session, sends a
+probe request, prints its table and returns no per-request outputs, and the runner needs
+those outputs to merge its interleaved rounds (see ``serving.bench.runner``).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,17 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-import httpx
-import openai
+import aiohttp
+from vllm.benchmarks.lib.endpoint_request_func import (
+    ASYNC_REQUEST_FUNCS,
+    RequestFuncInput,
+    RequestFuncOutput,
+)
 
-from serving.bench.stats import SPEC_COUNTERS, RequestRecord
+from serving.bench.stats import SPEC_COUNTERS
 from serving.metrics_page import Samples, scrape
+
+REQUEST_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -22,61 +35,49 @@ class Target:
     api_key: str = "none"
 
 
-async def one_request(
-    client: openai.AsyncOpenAI, target: Target, prompt: str, max_tokens: int, chat: bool
-) -> RequestRecord:
-    record = RequestRecord(start=time.perf_counter())
-    common = {
-        "model": target.model,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "extra_body": {"ignore_eos": True},  # fixed output lengths make levels comparable
-    }
-    try:
-        if chat:
-            messages = [{"role": "user", "content": prompt}]
-            stream = await client.chat.completions.create(messages=messages, **common)
-        else:
-            stream = await client.completions.create(prompt=prompt, **common)
-        async for chunk in stream:
-            now = time.perf_counter()
-            if chunk.usage is not None:
-                record.output_tokens = chunk.usage.completion_tokens
-            if not chunk.choices:
-                continue
-            choice = chunk.choices[0]
-            text = choice.delta.content if chat else choice.text
-            if text:
-                record.first_token = record.first_token or now
-                record.chunk_times.append(now)
-        record.end = time.perf_counter()
-    except (openai.APIError, httpx.HTTPError) as exc:
-        status = getattr(exc, "status_code", None)
-        record.error = f"{type(exc).__name__}{f' {status}' if status else ''}"
-    return record
+def checked_output(output: RequestFuncOutput, max_tokens: int) -> RequestFuncOutput:
+    """Fail a request that streamed fewer tokens than asked for. Every request sets
+    ignore_eos, so a short one was cut: vLLM's client skips a mid-stream ``error``
+    event and would count it a success. Tracebacks are cut to their last line."""
+    if output.success and output.output_tokens != max_tokens:
+        output.success = False
+        output.error = f"short output: {output.output_tokens} of {max_tokens} tokens"
+    if output.error:
+        output.error = output.error.strip().splitlines()[-1]
+    return output
 
 
 async def run_level(
     target: Target, prompts: list[str], concurrency: int, max_tokens: int, chat: bool
-) -> tuple[list[RequestRecord], float]:
-    """All ``prompts``, at most ``concurrency`` in flight; returns records and wall time."""
+) -> tuple[list[RequestFuncOutput], float]:
+    """All ``prompts``, at most ``concurrency`` in flight; returns outputs and wall time."""
+    send = ASYNC_REQUEST_FUNCS["openai-chat" if chat else "openai"]
+    url = f"{target.base_url}/{'chat/completions' if chat else 'completions'}"
+    headers = {"Authorization": f"Bearer {target.api_key}"}
     gate = asyncio.Semaphore(concurrency)
-    client = openai.AsyncOpenAI(
-        base_url=target.base_url, api_key=target.api_key, max_retries=0, timeout=600
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=concurrency),
+        timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
     )
 
-    async def gated(prompt: str) -> RequestRecord:
+    async def gated(prompt: str) -> RequestFuncOutput:
+        request = RequestFuncInput(
+            prompt=prompt,
+            api_url=url,
+            prompt_len=0,  # the server's usage chunk fills it in
+            output_len=max_tokens,
+            model=target.model,
+            ignore_eos=True,  # fixed output lengths make levels comparable
+            extra_headers=headers,
+            extra_body={"temperature": 0},
+        )
         async with gate:
-            return await one_request(client, target, prompt, max_tokens, chat)
+            return checked_output(await send(request, session), max_tokens)
 
     start = time.perf_counter()
-    try:
-        records = await asyncio.gather(*(gated(p) for p in prompts))
-    finally:
-        await client.close()
-    return list(records), time.perf_counter() - start
+    async with session:
+        outputs = await asyncio.gather(*(gated(p) for p in prompts))
+    return list(outputs), time.perf_counter() - start
 
 
 def _spec_only(samples: Samples) -> Samples:

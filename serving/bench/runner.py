@@ -1,5 +1,7 @@
 """Interleaved comparison: every concurrency level, every round, every target in a
-rotating order, so slow drifts of a shared machine hit all targets alike."""
+rotating order, so slow drifts of a shared machine hit all targets alike. Ours because
+`vllm bench serve` measures one target per run; each level's requests and figures are
+vLLM's (``serving.bench.load``, ``serving.bench.stats``)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
+
 from serving.bench.load import Target, run_level, settled_scrape
-from serving.bench.stats import RequestRecord, acceptance, spec_decode_delta, summarize
+from serving.bench.stats import acceptance, spec_decode_delta, summarize
 from serving.metrics_page import RAY_EXPORT_PERIOD_S, scrape
 
 
@@ -26,7 +30,7 @@ class BenchPlan:
 
 @dataclass
 class _Cell:
-    records: list[RequestRecord] = field(default_factory=list)
+    outputs: list[RequestFuncOutput] = field(default_factory=list)
     wall: float = 0.0
     spec: list[dict] = field(default_factory=list)
 
@@ -65,14 +69,14 @@ def run_bench(targets: list[Target], plan: BenchPlan, progress=_progress) -> dic
                     for i in range(plan.requests_per_level)
                 ]
                 before = scrape(target.metrics_url) if target.metrics_url else None
-                records, wall = asyncio.run(
+                outputs, wall = asyncio.run(
                     run_level(target, prompts, concurrency, plan.max_tokens, plan.chat)
                 )
                 cell = cells.setdefault((target.name, concurrency), _Cell())
-                cell.records += records
+                cell.outputs += outputs
                 cell.wall += wall
-                tokens = sum(r.output_tokens for r in records if r.ok)
-                failed = sum(not r.ok for r in records)
+                tokens = sum(o.output_tokens for o in outputs if o.success)
+                failed = sum(not o.success for o in outputs)
                 progress(
                     f"c={concurrency} round {round_ + 1}/{plan.rounds} {target.name}: "
                     f"{tokens / wall:.1f} tok/s, {failed} failed "
@@ -87,7 +91,7 @@ def run_bench(targets: list[Target], plan: BenchPlan, progress=_progress) -> dic
                         cell.spec.append(delta)
     levels = []
     for (name, concurrency), cell in cells.items():
-        summary = summarize(cell.records, cell.wall)
+        summary = summarize(cell.outputs, cell.wall)
         summary.update(target=name, concurrency=concurrency, spec_decode=_merge_spec(cell.spec))
         levels.append(summary)
     return {

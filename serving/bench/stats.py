@@ -1,14 +1,24 @@
-"""Statistics of one benchmark level: latency percentiles, rates, and spec-decode
-counter deltas from /metrics. Pure functions, unit-tested on known inputs."""
+"""Statistics of one benchmark level and spec-decode counter deltas from /metrics.
+
+Latency percentiles and rates are vLLM's own (`vllm.benchmarks.serve.calculate_metrics`,
+what `vllm bench serve` prints). Acceptance is ours: vLLM's benchmark reads
+``vllm:spec_decode_*`` from the target's own /metrics right after the run, while a Ray
+Serve app exports them as ``ray_vllm_*`` on Ray's metrics port seconds later, summed
+over its replicas' engines.
+"""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import contextlib
+import io
+
+from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
+from vllm.benchmarks.serve import calculate_metrics
 
 from serving.metrics_page import Samples
 
 PERCENTILES = (50, 90, 99)
+LATENCIES = {"ttft": "ttft_s", "itl": "itl_s", "tpot": "tpot_s", "e2el": "e2e_s"}
 SPEC_COUNTERS = {
     "drafts": "spec_decode_num_drafts_total",
     "draft_tokens": "spec_decode_num_draft_tokens_total",
@@ -17,70 +27,50 @@ SPEC_COUNTERS = {
 }
 
 
-@dataclass
-class RequestRecord:
-    """What one streamed request looked like from the client."""
-
-    start: float
-    first_token: float | None = None
-    end: float | None = None
-    output_tokens: int = 0
-    chunk_times: list[float] = field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.end is not None
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first_token is None else self.first_token - self.start
-
-    @property
-    def e2e(self) -> float | None:
-        return None if self.end is None else self.end - self.start
-
-    @property
-    def tpot(self) -> float | None:
-        """Decode time per output token after the first."""
-        if self.first_token is None or self.end is None or self.output_tokens < 2:
-            return None
-        return (self.end - self.first_token) / (self.output_tokens - 1)
-
-    @property
-    def inter_chunk_gaps(self) -> list[float]:
-        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:], strict=False)]
+def vllm_bench_metrics(outputs: list[RequestFuncOutput], wall_seconds: float) -> dict:
+    """The figures `vllm bench serve` reports for these outputs, under its result keys
+    (``median_ttft_ms``, ``p99_itl_ms``, ``output_throughput``, ...)."""
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints hints and failed requests
+        metrics, _ = calculate_metrics(
+            input_requests=[],
+            outputs=outputs,
+            dur_s=wall_seconds,
+            tokenizer=None,  # output lengths come from the usage chunk
+            selected_percentiles=list(PERCENTILES),
+            goodput_config_dict={},
+        )
+    result = {
+        "completed": metrics.completed,
+        "failed": metrics.failed,
+        "total_output_tokens": metrics.total_output,
+        "request_throughput": metrics.request_throughput,
+        "output_throughput": metrics.output_throughput,
+    }
+    for name in LATENCIES:
+        for stat in ("mean", "median", "std"):
+            result[f"{stat}_{name}_ms"] = float(getattr(metrics, f"{stat}_{name}_ms"))
+        for p, value in getattr(metrics, f"percentiles_{name}_ms"):
+            result[f"p{p:g}_{name}_ms"] = float(value)
+    return result
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+def summarize(outputs: list[RequestFuncOutput], wall_seconds: float) -> dict:
+    vllm = vllm_bench_metrics(outputs, wall_seconds)
+    ok = vllm["completed"] > 0
 
+    def seconds(name: str) -> dict[str, float | None]:
+        return {f"p{q}": vllm[f"p{q}_{name}_ms"] / 1000 if ok else None for q in PERCENTILES}
 
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    return {f"p{q}": percentile(values, q) for q in PERCENTILES}
-
-
-def summarize(records: list[RequestRecord], wall_seconds: float) -> dict:
-    ok = [r for r in records if r.ok]
-    tokens = sum(r.output_tokens for r in ok)
     return {
-        "requests": len(records),
-        "failed": len(records) - len(ok),
-        "errors": sorted({r.error for r in records if r.error})[:5],
+        "requests": len(outputs),
+        "failed": vllm["failed"],
+        "errors": sorted({o.error for o in outputs if not o.success})[:5],
         "wall_seconds": wall_seconds,
-        "output_tokens": tokens,
-        "output_tokens_per_s": tokens / wall_seconds if wall_seconds > 0 else 0.0,
-        "requests_per_s": len(ok) / wall_seconds if wall_seconds > 0 else 0.0,
-        "ttft_s": percentiles([r.ttft for r in ok if r.ttft is not None]),
-        "itl_s": percentiles([g for r in ok for g in r.inter_chunk_gaps]),
-        "tpot_s": percentiles([r.tpot for r in ok if r.tpot is not None]),
-        "e2e_s": percentiles([r.e2e for r in ok if r.e2e is not None]),
+        "output_tokens": vllm["total_output_tokens"],
+        "output_tokens_per_s": vllm["output_throughput"],
+        "requests_per_s": vllm["request_throughput"],
+        **{key: seconds(name) for name, key in LATENCIES.items()},
+        "vllm_bench": vllm,
     }
 
 

@@ -208,7 +208,7 @@ def test_check_runs_inside_the_image_as_its_user(images, platform: str):
         assert "render-serve-config" in cli.stdout
         # What the chart runs in this image: Serve's import path, the bench Job, the
         # download Job's hub CLI, the helm test's OpenAI client.
-        entry_points = "import serving.app, serving.bench.report, huggingface_hub.cli.hf, openai"
+        entry_points = "import serving.app, serving.bench.command, huggingface_hub.cli.hf, openai"
         buildah("run", "--isolation", "chroot", ctr, "--", "python3", "-c", entry_points)
     finally:
         buildah("rm", ctr, check=False)

@@ -205,6 +205,15 @@ def test_bench_smoke_run_writes_a_complete_report(app, tmp_path):
         assert level["spec_decode"]["acceptance_length"] is not None
     for name in ("bench.md", "throughput.png", "latency.png", "acceptance.png"):
         assert (out_dir / name).stat().st_size > 0
+    # vLLM's benchmark client sends the key; a wrong one fails every request, by name.
+    cmd[cmd.index("--out") + 1] = str(tmp_path / "denied")
+    denied = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "DSV4_API_KEY": "x"}
+    )
+    assert denied.returncode == 1, denied.stderr[-3000:]
+    levels = json.loads((tmp_path / "denied" / "bench.json").read_text())["levels"]
+    assert all(e["failed"] == e["requests"] == 3 for e in levels), levels
+    assert all(e["errors"] == ["Unauthorized"] for e in levels), levels
 
 
 def test_ctrl_c_stops_everything_without_orphans(app):

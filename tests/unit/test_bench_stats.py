@@ -1,9 +1,10 @@
-"""The bench's statistics on known inputs: percentiles, rates, metric deltas, the
-draft-cost fit, and target parsing."""
+"""The bench's statistics on known inputs: vLLM's benchmark figures as the report shows
+them, cut streams, metric deltas, the draft-cost fit, and target parsing."""
 
 import os
 
 import pytest
+from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
 
 from serving.bench.analysis import (
     draft_cost_ratio,
@@ -13,40 +14,57 @@ from serving.bench.analysis import (
     speedup_bound,
 )
 from serving.bench.command import BenchError, parse_target
+from serving.bench.load import checked_output
 from serving.bench.report import figures
 from serving.bench.runner import _merge_spec
-from serving.bench.stats import RequestRecord, percentile, spec_decode_delta, summarize
+from serving.bench.stats import spec_decode_delta, summarize
 
 
-def test_percentile_interpolates_between_ranks():
-    values = [4.0, 1.0, 3.0, 2.0]  # sorted 1 2 3 4
-    assert percentile(values, 50) == pytest.approx(2.5)
-    assert percentile(values, 0) == 1.0 and percentile(values, 100) == 4.0
-    assert percentile(values, 90) == pytest.approx(3.7)
-    assert percentile([7.0], 99) == 7.0
-    assert percentile([], 50) is None
+def _output(ttft: float, itl: list[float], tokens: int, start: float = 0.0) -> RequestFuncOutput:
+    return RequestFuncOutput(
+        success=True,
+        ttft=ttft,
+        itl=itl,
+        latency=ttft + sum(itl),
+        output_tokens=tokens,
+        start_time=start,
+    )
 
 
-def test_record_latencies():
-    r = RequestRecord(start=10.0, first_token=10.5, end=12.5, output_tokens=5)
-    r.chunk_times = [10.5, 11.0, 12.0, 12.5]
-    assert r.ttft == 0.5 and r.e2e == 2.5
-    assert r.tpot == pytest.approx(0.5)  # 2 s for the 4 tokens after the first
-    assert r.inter_chunk_gaps == [0.5, 1.0, 0.5]
-    assert RequestRecord(start=0, first_token=1, end=2, output_tokens=1).tpot is None
-
-
-def test_summarize_rates_and_failures():
-    ok = [RequestRecord(start=0, first_token=0.1 * i, end=1.0, output_tokens=10) for i in (1, 2)]
-    for r in ok:
-        r.chunk_times = [r.first_token, 1.0]
-    bad = RequestRecord(start=0, error="APIStatusError 503")
+def test_summary_is_vllm_bench_serve_figures_in_seconds():
+    # Two requests of 5 tokens: TTFT 0.1 s and 0.3 s, then four chunks each.
+    ok = [_output(0.1, [0.2] * 4, 5), _output(0.3, [0.4] * 4, 5, start=0.05)]
+    bad = RequestFuncOutput(success=False, error="Service Unavailable")
     out = summarize([*ok, bad], wall_seconds=2.0)
-    assert out["requests"] == 3 and out["failed"] == 1 and out["errors"] == ["APIStatusError 503"]
-    assert out["output_tokens"] == 20 and out["output_tokens_per_s"] == 10.0
+    assert out["requests"] == 3 and out["failed"] == 1 and out["errors"] == ["Service Unavailable"]
+    assert out["output_tokens"] == 10 and out["output_tokens_per_s"] == 5.0
     assert out["requests_per_s"] == 1.0
-    assert out["ttft_s"]["p50"] == pytest.approx(0.15)
-    assert out["e2e_s"]["p99"] == 1.0
+    assert out["ttft_s"]["p50"] == pytest.approx(0.2)  # numpy's linear interpolation
+    assert out["ttft_s"]["p90"] == pytest.approx(0.28)
+    assert out["tpot_s"]["p50"] == pytest.approx(0.3)  # (0.8 s and 1.6 s) / 4 tokens
+    assert out["itl_s"]["p99"] == pytest.approx(0.4)
+    assert out["e2e_s"]["p50"] == pytest.approx((0.9 + 1.9) / 2)
+    # The same figures under vLLM's own result keys, in milliseconds.
+    assert out["vllm_bench"]["median_ttft_ms"] == pytest.approx(200.0)
+    assert out["vllm_bench"]["p90_ttft_ms"] == pytest.approx(280.0)
+    assert out["vllm_bench"]["completed"] == 2
+
+
+def test_a_level_where_everything_failed_has_no_latencies():
+    out = summarize([RequestFuncOutput(success=False, error="Unauthorized")], wall_seconds=1.0)
+    assert out["failed"] == 1 and out["output_tokens"] == 0
+    assert out["ttft_s"] == {"p50": None, "p90": None, "p99": None}
+
+
+def test_a_short_stream_is_a_failed_request():
+    # Every bench request asks for ignore_eos, so fewer tokens than max_tokens means the
+    # stream was cut (vLLM's client does not treat an `error` event as a failure).
+    cut = checked_output(_output(0.1, [0.1, 0.1], 3), max_tokens=8)
+    assert not cut.success and cut.error == "short output: 3 of 8 tokens"
+    whole = checked_output(_output(0.1, [0.1] * 7, 8), max_tokens=8)
+    assert whole.success and whole.error == ""
+    trace = RequestFuncOutput(error="Traceback (most recent call last):\n  ...\nTimeoutError\n")
+    assert checked_output(trace, max_tokens=8).error == "TimeoutError"
 
 
 def _samples(prefix: str, drafts, draft_tokens, accepted, pos0, pos1, model="m", engine="0"):
