@@ -70,10 +70,29 @@ def run(args: argparse.Namespace) -> int:
         result = run_bench(targets, plan, _progress)
     result["ready_seconds"] = ready
     result["start_stages_seconds"] = stages
+    result["client_machine"] = client_machine()
     for path in report.write(result, Path(args.out)):
         _progress(f"wrote {path}")
     print(report.markdown({**result, "figures": report.figures(result)}))
     return 1 if any(e["failed"] for e in result["levels"]) else 0
+
+
+def client_machine() -> dict:
+    """Where the bench ran (for local targets, also where they ran): figures from two
+    machines of a pool differ more than any setting does."""
+    from model_overrides.kernel_library import hardware_isa
+
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [
+        line.split(":", 1)[1].strip()
+        for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+        if line.startswith("model name")
+    ]
+    return {
+        "cpu_model": models[0] if models else None,
+        "cpus": os.cpu_count(),
+        "isa": hardware_isa(),
+    }
 
 
 def _progress(message: str) -> None:

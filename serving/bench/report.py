@@ -69,6 +69,11 @@ def markdown(report: dict) -> str:
             f" | {_ms(e['e2e_s']['p50'])} | {_num(spec.get('acceptance_rate'))}"
             f" | {_num(spec.get('acceptance_length'))} | {e['failed']}/{e['requests']} |"
         )
+    if machine := report.get("client_machine"):
+        lines += [
+            "",
+            f"Client machine: {machine['cpu_model']}, {machine['cpus']} CPUs, {machine['isa']}.",
+        ]
     extra = figures(report)
     for block in extra.get("mtp", []):
         lines += [

@@ -197,6 +197,7 @@ def test_bench_smoke_run_writes_a_complete_report(app, tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "[bench] c=2 round 1/1 app" in run.stderr  # progress lines
+    assert "Client machine: " in (out_dir / "bench.md").read_text()
     report = json.loads((out_dir / "bench.json").read_text())
     assert sorted(e["concurrency"] for e in report["levels"]) == [1, 2]
     for level in report["levels"]:
