@@ -15,6 +15,7 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from tests.support.paths import ROOT
+from tests.support.pins import lock_pins
 
 DOCKERFILES = {"cuda": ROOT / "Dockerfile.cuda", "rocm": ROOT / "Dockerfile.rocm"}
 VLLM_VERSION = "0.32.0"
@@ -250,28 +251,6 @@ def test_an_incompatible_vllm_fails_the_build(standin):
         buildah("rmi", broken, check=False)
 
 
-def _pins(text: str) -> dict[str, str]:
-    """``name==version`` lines (extras and hashes dropped), names normalised."""
-    pins = {}
-    for line in text.splitlines():
-        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^ \\;]+)", line.strip())
-        if match:
-            pins[match.group(1).lower().replace("_", "-")] = match.group(3)
-    return pins
-
-
-def test_image_requirements_are_exact_and_those_of_the_cpu_lock():
-    lines = [
-        line
-        for line in (ROOT / "docker/image-requirements.txt").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
-    image = _pins("\n".join(lines))
-    assert len(image) == len(lines), f"every image requirement must be pinned with ==: {lines}"
-    lock = _pins((ROOT / "requirements-cpu.lock").read_text())
-    assert {name: lock.get(name) for name in image} == image
-
-
 # --- finding 7: one manifest list per image, arm64 for GB300 ---------------------------
 
 
@@ -302,7 +281,7 @@ def test_make_images_builds_cuda_for_amd64_and_arm64_as_one_manifest_list():
 def _static_binaries(cache: Path) -> str:
     """ruff (the lock's version) as static musl binaries for amd64 and arm64: small programs
     that run in a FROM scratch image, natively and under qemu."""
-    version = _pins((ROOT / "requirements-cpu.lock").read_text())["ruff"]
+    version = lock_pins()["ruff"]
     cache.mkdir(parents=True, exist_ok=True)
     for arch, tag in (("amd64", "x86_64"), ("arm64", "aarch64")):
         target = cache / f"ruff-{arch}"

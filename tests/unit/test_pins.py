@@ -11,19 +11,9 @@ import yaml
 
 from tests.support.chart_render import pod_templates, render
 from tests.support.paths import ROOT
+from tests.support.pins import lock_pins, pins
 
-
-def pins(text: str) -> dict[str, str]:
-    """``name==version`` requirement lines (extras and hashes dropped), names normalised."""
-    out = {}
-    for line in text.splitlines():
-        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^ \\;]+)", line.strip())
-        if match:
-            out[match.group(1).lower().replace("_", "-")] = match.group(3)
-    return out
-
-
-LOCK = pins((ROOT / "requirements-cpu.lock").read_text())
+LOCK = lock_pins()
 VALUES = yaml.safe_load((ROOT / "helm/dsv4-serve/values.yaml").read_text())
 CHART = yaml.safe_load((ROOT / "helm/dsv4-serve/Chart.yaml").read_text())
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -77,8 +67,14 @@ def test_chart_runs_the_images_make_images_tags(values: dict, tmp_path: Path):
     assert len(containers) >= 5 and {c["image"] for c in containers} == {image}
 
 
-def test_image_packages_are_the_locks():
-    image = pins((ROOT / "docker/image-requirements.txt").read_text())
+def test_image_packages_are_exact_and_the_locks():
+    lines = [
+        line
+        for line in (ROOT / "docker/image-requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    image = pins("\n".join(lines))
+    assert len(image) == len(lines), f"every image requirement must be pinned with ==: {lines}"
     assert {name: LOCK.get(name) for name in image} == image
 
 
