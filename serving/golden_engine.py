@@ -1,10 +1,13 @@
-"""vLLM engine arguments for the golden model, derived from the cpu-tiny preset.
+"""vLLM engine arguments for the golden model, derived from its preset.
 
 The preset is the one source of truth: the Ray Serve app, vLLM's own server
 (`serve-vllm`), the tests and the benchmarks all start from the same arguments.
+cpu-tiny by default; ``DSV4_GOLDEN_PRESET=gpu-golden`` gives the same model's arguments
+on one NVIDIA GPU (what the GPU tests' engine processes take).
 """
 
 import json
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -12,16 +15,21 @@ from typing import Any
 from serving.preset import Preset, load_preset
 
 GOLDEN_PRESET = "cpu-tiny"
+PRESET_ENV = "DSV4_GOLDEN_PRESET"
+
+
+def golden_preset() -> Preset:
+    return _load(os.environ.get(PRESET_ENV) or GOLDEN_PRESET)
 
 
 @cache
-def golden_preset() -> Preset:
-    return load_preset(GOLDEN_PRESET)
+def _load(name: str) -> Preset:
+    return load_preset(name)
 
 
 SERVED_MODEL_NAME = golden_preset().model.id
 DEFAULT_SPEC_K = golden_preset().speculation.num_speculative_tokens
-CPU_ENV = dict(golden_preset().env)
+CPU_ENV = dict(_load(GOLDEN_PRESET).env)
 DEFAULT_MODEL_DIR = Path(golden_preset().model.source)
 
 

@@ -12,6 +12,7 @@ from model_overrides.patches import (  # noqa: F401 - imported for registration
     dsv4_cpu_metadata_kernels,
     dsv4_cpu_mtp,
     dsv4_cpu_tile_scheduler,
+    dsv4_cuda_hc_path,
     moe_clamp_filter,
     pr42930,
 )

@@ -12,7 +12,7 @@ import functools
 import os
 from typing import Any
 
-from model_overrides.patches.module_attr import import_optional
+from model_overrides.patches.module_attr import import_optional, is_cpu_platform
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 HC_PATH_ENV = "DSV4_HC_PATH"
@@ -45,6 +45,8 @@ def probe() -> Probe:
         return Probe(Need.NOT_NEEDED, f"{HC_PATH_ENV} unset: vLLM's own choice (inline on CPU)")
     if requested not in PATHS:
         return Probe(Need.UNRECOGNISED, f"{HC_PATH_ENV}={requested!r}; use one of {sorted(PATHS)}")
+    if not is_cpu_platform():
+        return Probe(Need.NOT_APPLICABLE, "CPU only (CUDA has dsv4-cuda-hc-path)")
     cls = _layer_class()
     if cls is None:
         return Probe(Need.NOT_APPLICABLE, "no CPU DeepseekV4DecoderLayer in this vLLM")

@@ -1,7 +1,12 @@
-"""The golden model's DSV4 hyper-parameters, within vLLM's CPU kernel limits.
+"""The golden model's DSV4 hyper-parameters, within vLLM's CPU and Hopper kernel limits.
 
 The CPU kernels fix n_routed_experts (256), index_topk (512), head_dim (512) and
-qk_rope_head_dim (64); everything else is as small as DSV4 allows.
+qk_rope_head_dim (64). On Hopper (vLLM 0.32's CUDA path) DeepGEMM's indexer kernels take
+32 or 64 index heads of dim 128, FlashMLA sparse 64 or 128 query heads (vLLM pads our 8),
+a top-k that is a multiple of 64 and block size 256, and the TileLang mHC kernels a hidden
+size that is a multiple of 128 with hc_mult * hidden a multiple of 512 (256 * 4). Everything
+else is as small as DSV4 allows. One checkpoint serves the CPU and the GPU, so their
+outputs can be compared.
 """
 
 from typing import Any
@@ -14,6 +19,8 @@ NUM_MTP_LAYERS = 1
 # 4 = compressed sparse attention with indexer, 128 = heavy compression, 0 = window only.
 COMPRESS_RATIOS = [4, 128, 0, 4, 128, 0, 4, 128, 0]
 MAX_POSITIONS = 4096
+# DeepGEMM's paged MQA logits on Hopper: 32 or 64 heads; 64 is what DeepSeek-V4 ships.
+INDEX_N_HEADS = 64
 
 
 def golden_config() -> dict[str, Any]:
@@ -32,7 +39,7 @@ def golden_config() -> dict[str, Any]:
         "q_lora_rank": 128,
         "o_groups": 2,
         "o_lora_rank": 64,
-        "index_n_heads": 4,
+        "index_n_heads": INDEX_N_HEADS,
         "index_head_dim": 128,
         "index_topk": 512,
         "compress_ratios": COMPRESS_RATIOS,
