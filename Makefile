@@ -24,7 +24,7 @@ BUILDER ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah)
 PRESET ?= h200-flash-mtp
 PLATFORM ?= $(if $(findstring mi3,$(PRESET)),rocm,cuda)
 
-.PHONY: help deps tools lock serve serve-vllm test test-fast lint format golden overrides bench bench-serving bench-kernels clean \
+.PHONY: help deps tools lock serve serve-vllm test test-fast test-gpu lint format golden overrides bench bench-serving bench-kernels clean \
 	generate helm-lint helm-template wheel images push image-test image-manifest binfmt
 
 help:
@@ -37,6 +37,7 @@ help:
 	@echo "make helm-lint / make helm-template PRESET=h200-flash-mtp - the Helm chart"
 	@echo "make images / make push - CUDA (amd64+arm64 manifest list) and ROCm images; make image-test"
 	@echo "make test-fast - lint, unit, chart and rules tests: no engine, no Ray, no apt (minutes)"
+	@echo "make test-gpu - the golden DSV4 on vLLM's CUDA path (needs a CUDA GPU; reports why not)"
 	@echo "make lock    - re-resolve requirements-cpu.txt into the hashed requirements-cpu.lock"
 	@echo "make generate - rewrite the chart's generated files (rules, rule tests, dashboard, presets, schema)"
 
@@ -125,6 +126,16 @@ test: deps lint
 test-fast: $(DEPS_STAMP) $(HELM) lint
 	$(PY) -m serving.cli generate --check
 	$(PY) -m pytest -ra -m "not slow" $(PYTEST_ARGS)
+
+# The GPU suite (tests/gpu): vLLM's CUDA DSV4 path with our plugin, several engines side by
+# side on one GPU. GPU_PYTHON is an interpreter with vLLM's CUDA build (the CUDA image's, or
+# gpu-kit's on the project's H200); DSV4_GPU_OUT keeps every engine's log and the results.
+# Without a CUDA device it says why and runs nothing (pytest's "no tests ran" is not an error).
+GPU_PYTHON ?= python3
+GPU_PYTEST_ARGS ?=
+test-gpu:
+	$(GPU_PYTHON) -m pytest -ra -m gpu tests/gpu -p no:cacheprovider $(GPU_PYTEST_ARGS); \
+		rc=$$?; [ $$rc = 5 ] && echo "test-gpu: nothing ran (no CUDA device here)" && exit 0; exit $$rc
 
 generate: $(DEPS_STAMP)
 	$(PY) -m serving.cli generate

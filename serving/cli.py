@@ -11,7 +11,10 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
 
     try:
         design = GoldenDesign(
-            draft_agreement=args.draft_agreement, seed=args.seed, variant=args.variant
+            draft_agreement=args.draft_agreement,
+            seed=args.seed,
+            variant=args.variant,
+            weight_format=args.weight_format,
         )
     except ValueError as exc:
         print(f"dsv4-serve golden-model: {exc}", file=sys.stderr)
@@ -19,7 +22,8 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
     out = write_golden_model(args.out_dir, design)
     print(
         f"golden DSV4 checkpoint written to {out} "
-        f"(variant={design.variant}, draft_agreement={design.draft_agreement})"
+        f"(variant={design.variant}, draft_agreement={design.draft_agreement}, "
+        f"weights={design.weight_format})"
     )
     return 0
 
@@ -135,7 +139,7 @@ def _add_preset_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from serving.golden.design import VARIANTS
+    from serving.golden.design import VARIANTS, WEIGHT_FORMATS
     from serving.golden_engine import DEFAULT_MODEL_DIR, DEFAULT_SPEC_K
 
     parser = argparse.ArgumentParser(prog="dsv4-serve", description=__doc__)
@@ -151,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="designed",
         help="designed: known text and acceptance; numeric: attention, experts and "
         "hyper-connections reach the logits; clamp: experts reach SwiGLU's clamp",
+    )
+    golden.add_argument(
+        "--weight-format",
+        choices=WEIGHT_FORMATS,
+        default="bf16",
+        help="bf16: as designed; fp8: DeepSeek-V4's FP8 release format (e4m3 128x128 blocks, "
+        "power-of-two scales, fp8 experts), loaded through vLLM's DeepseekV4FP8Config",
     )
     golden.set_defaults(func=_cmd_golden_model)
 

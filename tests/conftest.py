@@ -14,6 +14,13 @@ from tests.support.paths import ROOT
 kernel_library.force_if_requested()
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/gpu needs a CUDA GPU: only ``-m gpu`` (make test-gpu) collects it."""
+    if collection_path.name == "gpu" and collection_path.parent.name == "tests":
+        return config.getoption("markexpr", "").strip() != "gpu" or None
+    return None
+
+
 @pytest.fixture(scope="session")
 def golden_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_golden_model(tmp_path_factory.mktemp("golden"), GoldenDesign())

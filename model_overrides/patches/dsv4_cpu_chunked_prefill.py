@@ -12,7 +12,7 @@ import functools
 import inspect
 from typing import Any
 
-from model_overrides.patches.module_attr import import_optional
+from model_overrides.patches.module_attr import import_optional, is_cpu_platform
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 _MARKERS = ("amx_mla_or_dsv4_enabled", "enable_chunked_prefill = False")
@@ -53,6 +53,8 @@ def _is_patched(platform: Any) -> bool:
 
 
 def probe() -> Probe:
+    if not is_cpu_platform():
+        return Probe(Need.NOT_APPLICABLE, "CPU only")
     platform = _platform()
     if platform is None:
         return Probe(Need.NOT_APPLICABLE, "vllm.platforms.cpu.CpuPlatform is not in this vLLM")

@@ -8,7 +8,7 @@ so every layer type the shared builder knows maps to ``None``.
 
 from typing import Any
 
-from model_overrides.patches.module_attr import import_optional
+from model_overrides.patches.module_attr import import_optional, is_cpu_platform
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 _SHARED = "vllm.v1.attention.backends.mla.sparse_swa"
@@ -39,6 +39,8 @@ def _missing_types() -> set[str]:
 
 
 def probe() -> Probe:
+    if not is_cpu_platform():  # and never import DSV4's modules early there (breakable_graphs)
+        return Probe(Need.NOT_APPLICABLE, "CPU only")
     builder = _cpu_builder()
     if builder is None:
         return Probe(Need.NOT_APPLICABLE, f"{_CPU}.{_CLASS} is not in this vLLM")

@@ -22,6 +22,7 @@ import os
 from types import ModuleType
 from typing import Any
 
+from model_overrides.breakable_graphs import prepare_dsv4_import
 from model_overrides.patches.dsv4_cpu_hc_path import HC_PATH_ENV
 from model_overrides.patches.module_attr import import_optional
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
@@ -80,6 +81,7 @@ def probe() -> Probe:
         return Probe(Need.NOT_NEEDED, "deferred is what vLLM's CUDA decoder does")
     if requested != "inline":
         return Probe(Need.UNRECOGNISED, f"{HC_PATH_ENV}={requested!r}; use deferred or inline")
+    prepare_dsv4_import()  # the switch serves DSV4: import its modules as vLLM would
     model, mtp = _modules()
     layer = getattr(model, "DeepseekV4DecoderLayer", None)
     if layer is None or mtp is None:

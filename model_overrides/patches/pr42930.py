@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from model_overrides import contract
+from model_overrides import breakable_graphs, contract
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 FOUR_TUPLE = tuple[Any, Any | None, Any | None, Any | None]
@@ -113,7 +113,22 @@ def fix_hc_post_gate(layer: type, decoder: type) -> None:
 
 @functools.cache
 def _runtime_variants() -> list[contract.Variant]:
-    """This platform's variants, discovered once per process for probes, applies, verifies."""
+    """This platform's variants, discovered once per process for probes, applies, verifies.
+
+    Off the CPU the probes read the source (model_overrides/breakable_graphs.py says why);
+    only a fix that is needed imports the classes it patches."""
+    importing = breakable_graphs.may_import_dsv4_models()
+    variants = contract.discover_variants(
+        only=contract.current_platform_variants(), importing=importing
+    )
+    return [v for v in variants if v.decoder and (v.decoder.runtime or not importing)]
+
+
+@functools.cache
+def _patchable_variants() -> list[contract.Variant]:
+    """The variants as classes, for apply and verify."""
+    if not breakable_graphs.may_import_dsv4_models():
+        breakable_graphs.prepare_dsv4_import()
     variants = contract.discover_variants(only=contract.current_platform_variants())
     return [v for v in variants if v.decoder and v.decoder.runtime]
 
@@ -160,20 +175,20 @@ def missing_logits_attrs(predictor: contract.ClassInfo, layer: contract.ClassInf
 
 
 def _apply_decoder() -> None:
-    for v in _runtime_variants():
+    for v in _patchable_variants():
         if not _decoder_rule(v)[0]:
             fix_decoder_defaults(v.decoder.runtime)
 
 
 def _apply_logits() -> None:
-    for v in _runtime_variants():
+    for v in _patchable_variants():
         result = _logits_rule(v)
         if result is not None and not result[0]:
             fix_logits_owner(v.predictor.runtime, missing_logits_attrs(v.predictor, v.mtp_layer))
 
 
 def _apply_gate() -> None:
-    for v in _runtime_variants():
+    for v in _patchable_variants():
         result = _gate_rule(v)
         if result is not None and not result[0]:
             fix_hc_post_gate(v.mtp_layer.runtime, v.decoder.runtime)
@@ -181,7 +196,7 @@ def _apply_gate() -> None:
 
 def _verify(rule: Callable, fixed_flag: str, role: str) -> Callable[[], str | None]:
     def verify() -> str | None:
-        for v in _runtime_variants():
+        for v in _patchable_variants():
             result = rule(v)
             cls = getattr(getattr(v, role), "runtime", None)
             if result is not None and not result[0] and not getattr(cls, fixed_flag, False):

@@ -27,8 +27,9 @@ def draft_cost_ratio(step_seconds: dict[int, float]) -> float | None:
 
 
 def speedup_bound(acceptance_length: float, k: int, cost_ratio: float) -> float:
-    """Tokens per step over the step's cost in plain decode steps."""
-    return acceptance_length / (1 + k * cost_ratio)
+    """Tokens per step over the step's cost in plain decode steps. A fitted cost at or
+    below 0 (a draft cheaper than the noise, as on a launch-bound GPU) counts as free."""
+    return acceptance_length / (1 + k * max(cost_ratio, 0.0))
 
 
 def mtp_speedup(report: dict, concurrency: int, ks: list[int], cost: float | None = None) -> dict:
@@ -54,7 +55,9 @@ def mtp_speedup(report: dict, concurrency: int, ks: list[int], cost: float | Non
             "tokens_per_s": entry["output_tokens_per_s"],
             "speedup": entry["output_tokens_per_s"] / base["output_tokens_per_s"],
             "acceptance_length": lengths.get(k),
-            "bound": speedup_bound(lengths[k], k, cost) if cost and k in lengths else None,
+            "bound": speedup_bound(lengths[k], k, cost)
+            if cost is not None and k in lengths
+            else None,
         }
     return out
 

@@ -12,14 +12,58 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--local",
         nargs="+",
         default=[],
         metavar="KIND",
-        help="start on the golden model: vllm-k0 .. vllm-k3 (vLLM's server, MTP k), ray-app; "
-        "append @avx512 or @avx2 to run on that CPU kernel library",
+        help="start on the preset's golden model: vllm-k0 .. vllm-k8 (vLLM's server, MTP k), "
+        "ray-app (the Ray Serve app); on a CPU preset append @avx512 or @avx2 to run on that "
+        "CPU kernel library",
+    )
+    parser.add_argument(
+        "--preset",
+        default="cpu-tiny",
+        help="preset the local targets take their engine arguments, env and accelerator "
+        "from (gpu-golden: one NVIDIA GPU)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override one preset field for every local target (as `up --set`)",
+    )
+    parser.add_argument(
+        "--kv-cache-gib",
+        type=non_negative_float,
+        default=None,
+        metavar="GIB",
+        help="on a GPU preset, each local engine's KV cache (default 2; the local targets "
+        "share the GPU); 0: the preset's own gpu_memory_utilization",
+    )
+    parser.add_argument(
+        "--start",
+        choices=["serial", "parallel", "staggered"],
+        default="serial",
+        help="serial: local targets start one at a time, each start timed alone; "
+        "parallel: all at once (faster, the starts overlap); staggered: the first alone "
+        "(it fills the kernel caches), then the rest at once",
     )
     parser.add_argument(
         "--target",
@@ -31,6 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key-env", default="DSV4_API_KEY", help="env var with the key")
     parser.add_argument("--concurrency", type=positive_int, nargs="+", default=[1, 8])
     parser.add_argument("--requests", type=positive_int, default=16, help="per level and round")
+    parser.add_argument(
+        "--requests-per-stream",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="at least N requests per concurrent stream at each level (max of this times "
+        "the concurrency and --requests)",
+    )
     parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument("--max-tokens", type=positive_int, default=64)
     parser.add_argument("--prompt-words", type=positive_int, default=8)
@@ -41,6 +93,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="first start each local target alone N times (median start-to-ready, nothing "
-        "else running); 0: time the starts of the load phase (one after another)",
+        "else running); 0: time the starts of the load phase",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=non_negative_float,
+        default=0,
+        metavar="S",
+        help="wall-clock budget of the whole run: load cells that would start too late to "
+        "stop the targets and write the report within it are skipped (0: none)",
+    )
+    parser.add_argument(
+        "--ray-metrics-interval-ms",
+        type=non_negative_int,
+        default=0,
+        metavar="MS",
+        help="the Ray app's metrics export period (RAY_metrics_report_interval_ms; Ray's "
+        "default ~10 s): shorter means shorter waits for its MTP counters after each level",
+    )
+    parser.add_argument(
+        "--logs", default=None, metavar="DIR", help="keep the local targets' logs here"
     )
     parser.add_argument("--out", default="bench-results", help="report directory")

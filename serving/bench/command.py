@@ -1,20 +1,32 @@
-"""`dsv4-serve bench`: parse targets, start local ones, run the plan, write the report."""
+"""`dsv4-serve bench`: parse targets, start local ones, run the plan, write the report.
+
+Robust by design, for machines lent for minutes: a target that fails to start is
+recorded and the others are measured; the report (JSON and Markdown) is rewritten after
+each round; SIGTERM and Ctrl-C stop the targets and still write what was
+measured; ``--budget-s`` skips the cells that would run past the budget."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
 from serving.bench import local, report
 from serving.bench.load import Target
+from serving.bench.machine import client_machine
 from serving.bench.prompts import synthetic_prompts
-from serving.bench.runner import BenchPlan, run_bench
+from serving.bench.runner import BenchPlan, BenchRun
+from serving.bench.targets import LocalSetup, check_kind, local_setup, local_specs
 from serving.golden_engine import SERVED_MODEL_NAME
-from serving.processes import stop_group
+
+# Kept free at the end of a budget: stopping the targets (the Ray app drains, then
+# stops Serve and Ray) and writing the report with its plots.
+STOP_RESERVE_S = 30.0
 
 
 class BenchError(ValueError):
@@ -40,7 +52,56 @@ def parse_target(spec: str, api_key: str) -> Target:
     return Target(name, base, extra.get("model", SERVED_MODEL_NAME), extra.get("metrics"), api_key)
 
 
+def bench_setup(args: argparse.Namespace) -> LocalSetup | None:
+    """The local targets' preset with the bench's overrides; every kind checked."""
+    if not args.local:
+        return None
+    try:
+        setup = local_setup(
+            args.preset,
+            args.set,
+            engines=len(args.local),
+            kv_cache_gib=args.kv_cache_gib,
+            ray_metrics_interval_ms=args.ray_metrics_interval_ms or None,
+        )
+        for kind in args.local:
+            check_kind(kind, setup)
+    except ValueError as exc:  # PresetError included
+        raise BenchError(str(exc)) from None
+    return setup
+
+
+def bench_plan(args: argparse.Namespace) -> BenchPlan:
+    plan = BenchPlan(
+        concurrency=sorted(set(args.concurrency)),
+        requests_per_level=args.requests,
+        rounds=args.rounds,
+        max_tokens=args.max_tokens,
+        prompts=[],
+        chat=args.dataset == "chat",
+        requests_per_stream=args.requests_per_stream,
+    )
+    most = max(plan.requests_at(c) for c in plan.concurrency)
+    plan.prompts = synthetic_prompts(max(64, most * args.rounds), args.prompt_words)
+    return plan
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _ensure_model(setup: LocalSetup) -> None:
+    """Write the golden checkpoint before any target starts (they would race to)."""
+    from serving.app import ensure_golden_model
+
+    if setup.preset.model.golden:
+        started = time.monotonic()
+        ensure_golden_model(setup.preset, setup.model_dir)
+        _progress(f"golden model at {setup.model_dir} ({time.monotonic() - started:.1f} s)")
+
+
 def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     api_key = os.environ.get(args.api_key_env, "none")
     targets = [parse_target(spec, api_key) for spec in args.target]
     if not targets and not args.local:
@@ -48,51 +109,99 @@ def run(args: argparse.Namespace) -> int:
     names = [t.name for t in targets] + list(args.local)
     if len(set(names)) != len(names):
         raise BenchError(f"target names must be unique, got {names}")
-    plan = BenchPlan(
-        concurrency=sorted(set(args.concurrency)),
-        requests_per_level=args.requests,
-        rounds=args.rounds,
-        max_tokens=args.max_tokens,
-        prompts=synthetic_prompts(max(64, args.requests * args.rounds), args.prompt_words),
-        chat=args.dataset == "chat",
-    )
-    ready: dict[str, float] = {}
-    stages: dict[str, dict[str, float]] = {}
-    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="dsv4-bench-") as logs:
-        if args.cold_starts > 0:
-            ready, stages = local.cold_starts(args.local, args.cold_starts, Path(logs), _progress)
-        for kind in args.local:  # one at a time, so each start is timed alone
-            server = local.start(kind, Path(logs), _progress)
-            stack.callback(stop_group, server.proc, 60)
-            targets.append(server.target)
-            ready.setdefault(kind, server.ready_seconds)
-            stages.setdefault(kind, server.stages)
-        result = run_bench(targets, plan, _progress)
-    result["ready_seconds"] = ready
-    result["start_stages_seconds"] = stages
-    result["client_machine"] = client_machine()
-    for path in report.write(result, Path(args.out)):
+    setup = bench_setup(args)
+    plan = bench_plan(args)
+    deadline = started + args.budget_s - STOP_RESERVE_S if args.budget_s else None
+    out = Path(args.out)
+    meta: dict = {
+        "ready_seconds": {},
+        "start_stages_seconds": {},
+        "start": {
+            "mode": args.start,
+            "order": list(args.local),
+            "cold_starts": max(args.cold_starts, 0),
+        },
+        "start_errors": {},
+        "setup": setup.summary() if setup else None,
+        "budget_s": args.budget_s or None,
+        "argv": sys.argv,
+        "client_machine": client_machine(),
+    }
+    bench = BenchRun(targets, plan, _progress, deadline)
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with ExitStack() as stack:
+            if args.logs:
+                logs = Path(args.logs)
+                logs.mkdir(parents=True, exist_ok=True)
+            else:
+                logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dsv4-bench-")))
+            try:
+                if setup:
+                    _start_local(args, setup, logs, meta, targets, stack, deadline)
+                    report.write({**bench.result(), **meta}, out, plots_too=False)
+                bench.on_round = lambda result: report.write(
+                    {**result, **meta}, out, plots_too=False
+                )
+                if targets:
+                    bench.run()
+                else:
+                    _progress("no target is up: writing the report of the starts")
+            except KeyboardInterrupt:
+                interrupted = True
+                _progress("interrupted: stopping the targets, writing what was measured")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    result = {**bench.result(), **meta, "interrupted": interrupted}
+    result["wall_seconds"] = time.monotonic() - started
+    for path in report.write(result, out):
         _progress(f"wrote {path}")
     print(report.markdown({**result, "figures": report.figures(result)}))
-    return 1 if any(e["failed"] for e in result["levels"]) else 0
+    failed = any(e["failed"] for e in result["levels"])
+    return 1 if failed or meta["start_errors"] or interrupted else 0
 
 
-def client_machine() -> dict:
-    """Where the bench ran (for local targets, also where they ran): figures from two
-    machines of a pool differ more than any setting does."""
-    from model_overrides.kernel_library import hardware_isa
+def _start_local(
+    args: argparse.Namespace,
+    setup: LocalSetup,
+    logs: Path,
+    meta: dict,
+    targets: list[Target],
+    stack: ExitStack,
+    deadline: float | None,
+) -> None:
+    """Start the local targets (after their cold starts, if asked); each one up joins
+    ``targets`` and is stopped when ``stack`` closes. Within a budget, a start may take
+    what is left of it (at least 30 s)."""
+    _ensure_model(setup)
+    kinds = list(args.local)
+    if args.cold_starts > 0:
+        ready, stages, errors = local.cold_starts(
+            lambda kind: local_specs([kind], setup)[0], kinds, args.cold_starts, logs, _progress
+        )
+        meta["ready_seconds"] |= ready
+        meta["start_stages_seconds"] |= stages
+        meta["start_errors"] |= errors
+        kinds = [k for k in kinds if k not in errors]
+    timeout = local.READY_TIMEOUT_S
+    if deadline is not None:
+        timeout = min(timeout, max(deadline - time.monotonic(), 30.0))
+    servers, errors = local.start_all(
+        local_specs(kinds, setup), logs, _progress, args.start, timeout
+    )
+    stack.callback(_stop, servers)
+    meta["start_errors"] |= errors
+    for server in servers:
+        targets.append(server.target)
+        meta["ready_seconds"].setdefault(server.spec.kind, server.ready_seconds)
+        meta["start_stages_seconds"].setdefault(server.spec.kind, server.stages or {})
 
-    cpuinfo = Path("/proc/cpuinfo")
-    models = [
-        line.split(":", 1)[1].strip()
-        for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
-        if line.startswith("model name")
-    ]
-    return {
-        "cpu_model": models[0] if models else None,
-        "cpus": os.cpu_count(),
-        "isa": hardware_isa(),
-    }
+
+def _stop(servers: list[local.LocalServer]) -> None:
+    if servers:
+        _progress(f"stopping {', '.join(s.spec.kind for s in servers)}")
+        local.stop_all([s.proc for s in servers], 60)
 
 
 def _progress(message: str) -> None:

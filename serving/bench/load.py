@@ -21,7 +21,7 @@ from vllm.benchmarks.lib.endpoint_request_func import (
 )
 
 from serving.bench.stats import SPEC_COUNTERS
-from serving.metrics_page import Samples, scrape
+from serving.metrics_page import RAY_EXPORT_PERIOD_S, Samples, scrape
 
 REQUEST_TIMEOUT_S = 600
 
@@ -33,6 +33,10 @@ class Target:
     model: str
     metrics_url: str | None = None
     api_key: str = "none"
+    # How /metrics is read after a level: two scrapes this far apart must agree. Ray
+    # exports engine counters every few seconds; vLLM's own server at once.
+    settle_period_s: float = 2.0
+    settle_timeout_s: float = 3 * RAY_EXPORT_PERIOD_S
 
 
 def checked_output(output: RequestFuncOutput, max_tokens: int) -> RequestFuncOutput:

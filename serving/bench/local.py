@@ -1,158 +1,220 @@
-"""Local targets on the golden model: vLLM's own server with MTP k, or the Ray Serve
-app (`dsv4-serve up`). Each is started alone and timed until it answers.
-
-A kind may end in ``@avx512`` or ``@avx2``: that server runs on vLLM's lower CPU kernel
-library (``DSV4_CPU_KERNEL_LIBRARY``), i.e. on our eager fallbacks for DSV4's ops."""
+"""Start local targets (``serving.bench.targets`` builds them) and time them until they
+answer: one at a time (each start timed alone while the ones already up sit idle), all
+at once (faster; their starts overlap), or the first alone and then the rest at once.
+A target that fails to start is recorded with its log's tail and the others go on."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import re
+import signal
 import statistics
 import subprocess
-import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from model_overrides.kernel_library import FORCE_ENV, LIBRARIES
 from serving.bench.load import Target
-from serving.golden_engine import DEFAULT_MODEL_DIR, SERVED_MODEL_NAME
-from serving.processes import free_port, stop_group
+from serving.bench.stages import start_stages
+from serving.bench.targets import LocalSpec
 
 READY_TIMEOUT_S = 900
-# The Ray Serve app as the preset configures it, and the layouts and Ray switches to
-# compare it with: (`up --set` assignments, extra environment).
-RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
-    "ray-app": ([], {}),
-    "ray-app-python-proxy": (["serving.proxy=python"], {}),
-    # Ray's throughput switches one by one, and the bundle off (it is on by default).
-    "ray-app-no-throughput-bundle": ([], {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0"}),
-    "ray-app-gc-frozen-only": (
-        [],
-        {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0", "RAY_SERVE_FREEZE_GC_ON_STARTUP": "1"},
-    ),
-    "ray-app-same-thread-only": (
-        [],
-        {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"},
-    ),
-    # The earlier layout: a separate OpenAiIngress replica, Ray's Python proxy and Ray
-    # Serve LLM's default 50 ms stream batching (kept runnable for one release).
-    "ray-app-old": (
-        ["serving.path=ingress", "serving.proxy=python", "serving.stream_batching_interval_ms=50"],
-        {},
-    ),
-}
+LOG_TAIL_LINES = 25
+Progress = Callable[[str], None]
 
 
 @dataclass
 class LocalServer:
-    target: Target
+    spec: LocalSpec
     proc: subprocess.Popen
-    ready_seconds: float
-    stages: dict[str, float]
+    log: Path
+    started: float  # time.monotonic() at launch
+    ready_seconds: float = 0.0
+    stages: dict[str, float] | None = None
+
+    @property
+    def target(self) -> Target:
+        s = self.spec
+        return Target(
+            s.kind,
+            s.base_url,
+            s.model,
+            s.metrics_url,
+            settle_period_s=s.settle_period_s,
+            settle_timeout_s=s.settle_timeout_s,
+        )
 
 
-# `dsv4-serve up` ends its start with "stages: ray 3.1s, serve 1.2s, replica 28.0s" and
-# the replica logs "engine started in 21.4s"; vLLM's server has no such lines.
-_STAGE = re.compile(r"(ray|serve|replica) (\d+(?:\.\d+)?)s")
-_ENGINE = re.compile(r"engine started in (\d+(?:\.\d+)?)s")
+def _answers(spec: LocalSpec) -> bool:
+    body = {"model": spec.model, "prompt": "neti", "max_tokens": 2, "temperature": 0}
+    try:
+        response = httpx.post(f"{spec.base_url}/completions", json=body, timeout=60)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
 
 
-def start_stages(log: str) -> dict[str, float]:
-    stages: dict[str, float] = {}
-    for line in log.splitlines():
-        if "[dsv4-serve] stages:" in line:
-            stages |= {name: float(value) for name, value in _STAGE.findall(line)}
-        elif match := _ENGINE.search(line):
-            stages["engine"] = float(match.group(1))
-    return stages
+def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])[-4000:]
+    except OSError:
+        return ""
 
 
-def _stages_when_printed(log: Path, timeout_s: float = 30) -> dict[str, float]:
+def _launch(spec: LocalSpec, log_dir: Path, progress: Progress) -> LocalServer:
+    log = log_dir / f"{spec.kind}.log"
+    progress(f"starting {spec.kind} (log: {log})")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            spec.command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=spec.env
+        )
+    return LocalServer(spec, proc, log, time.monotonic())
+
+
+def _stages_when_printed(server: LocalServer, timeout_s: float = 30) -> dict[str, float]:
     """HAProxy answers as soon as the replica does, before `serve.run` returns and `up`
     prints its stage line: wait for it."""
     deadline = time.monotonic() + timeout_s
     while True:
-        stages = start_stages(log.read_text(errors="replace"))
-        if "replica" in stages or time.monotonic() > deadline:
+        stages = start_stages(server.log.read_text(errors="replace"))
+        if not server.spec.ray_app or "replica" in stages or time.monotonic() > deadline:
             return stages
         time.sleep(0.25)
 
 
+def _wait(server: LocalServer, progress: Progress, timeout_s: float) -> dict | None:
+    """Poll until the server answers (None), or exits or runs out of time (the error and
+    its log's tail).
+    vLLM binds its port before its engine starts, so a request waits there until it is
+    served: each server is polled from its own thread when several start together."""
+    kind, last_note = server.spec.kind, time.monotonic()
+    while not _answers(server.spec):
+        elapsed = time.monotonic() - server.started
+        if server.proc.poll() is not None or elapsed > timeout_s:
+            why = (
+                f"exited with {server.proc.returncode}"
+                if server.proc.poll() is not None
+                else f"not ready after {timeout_s:.0f} s"
+            )
+            stop_all([server.proc], 30)
+            progress(f"{kind} {why} (see {server.log})")
+            return {"error": f"{kind} {why}", "log_tail": log_tail(server.log)}
+        if time.monotonic() - last_note > 30:
+            last_note = time.monotonic()
+            progress(f"{kind} still starting ({elapsed:.0f} s)")
+        time.sleep(1)
+    server.ready_seconds = time.monotonic() - server.started
+    server.stages = _stages_when_printed(server)
+    progress(f"{kind} ready in {server.ready_seconds:.1f} s {server.stages or ''}")
+    return None
+
+
+START_MODES = ("serial", "parallel", "staggered")
+
+
+def start_all(
+    specs: list[LocalSpec],
+    log_dir: Path,
+    progress: Progress,
+    mode: str = "serial",
+    timeout_s: float = READY_TIMEOUT_S,
+) -> tuple[list[LocalServer], dict[str, dict]]:
+    """Started servers (in the order of ``specs``) and the error of each that failed.
+    ``mode``: serial, one at a time; parallel, all at once; staggered, the first alone
+    (it fills the kernel caches every engine reads: TileLang, Triton, DeepGEMM,
+    torch.compile), then the rest at once. All starts end within ``timeout_s`` (a later
+    group still gets 30 s). Interrupted (Ctrl-C, SIGTERM), it stops every server it
+    launched."""
+    if mode not in START_MODES:
+        raise ValueError(f"start mode {mode!r}: use {', '.join(START_MODES)}")
+    groups = {
+        "serial": [[spec] for spec in specs],
+        "parallel": [specs],
+        "staggered": [specs[:1], specs[1:]],
+    }[mode]
+    until = time.monotonic() + timeout_s
+    servers: list[LocalServer] = []
+    results: list[dict | None] = []
+    pool = ThreadPoolExecutor(max_workers=max(len(specs), 1))
+    try:
+        for group in filter(None, groups):
+            first = len(servers)
+            for spec in group:  # appended one by one: an interruption stops every one
+                servers.append(_launch(spec, log_dir, progress))
+            launched = servers[first:]
+            left = max(until - time.monotonic(), min(30.0, timeout_s))
+            futures = [pool.submit(_wait, s, progress, left) for s in launched]
+            results += [f.result() for f in futures]
+    except BaseException:
+        stop_all([s.proc for s in servers], 10)  # the waiting threads see them exit
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    ready = [s for s, error in zip(servers, results, strict=True) if error is None]
+    errors = {s.spec.kind: e for s, e in zip(servers, results, strict=True) if e is not None}
+    return ready, errors
+
+
+def stop_all(procs: list[subprocess.Popen], grace: float = 60) -> None:
+    """SIGTERM every child's group at once, SIGKILL what is left after ``grace`` s."""
+    live = [p for p in procs if p.poll() is None]
+    for proc in live:
+        with contextlib.suppress(ProcessLookupError):  # gone already
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in live:
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # The leader can exit before its group (vLLM's engine core holds the GPU memory):
+    # give the rest a few seconds, then kill it, so the next run finds the GPU free.
+    for proc in live:
+        until = time.monotonic() + 10
+        while _group_alive(proc.pid) and time.monotonic() < until:
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we may not signal still counts
+        return True
+    return True
+
+
 def cold_starts(
-    kinds: list[str], times: int, log_dir: Path, progress
-) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Start each kind alone ``times`` times; median start-to-ready and its stages."""
+    make_spec: Callable[[str], LocalSpec],
+    kinds: list[str],
+    times: int,
+    log_dir: Path,
+    progress: Progress,
+) -> tuple[dict[str, float], dict[str, dict[str, float]], dict[str, dict]]:
+    """Start each kind alone ``times`` times (fresh ports each time): median
+    start-to-ready, the last start's stages, and the error of each kind that failed."""
     ready: dict[str, list[float]] = {kind: [] for kind in kinds}
     stages: dict[str, dict[str, float]] = {}
+    errors: dict[str, dict] = {}
     for round_ in range(times):
         for kind in kinds:
-            server = start(kind, log_dir, progress)
-            stop_group(server.proc, 60)
-            ready[kind].append(server.ready_seconds)
-            stages[kind] = server.stages
-            progress(f"cold start {round_ + 1}/{times} {kind}: {server.ready_seconds:.1f} s")
-    return {k: statistics.median(v) for k, v in ready.items()}, stages
-
-
-def _environment(kind: str) -> dict[str, str]:
-    base, _, isa = kind.partition("@")
-    env = {**os.environ, **RAY_APP_VARIANTS.get(base, ([], {}))[1]}
-    if not isa:
-        return env
-    if isa not in LIBRARIES:
-        raise ValueError(f"unknown kernel library {isa!r} in {kind!r}: use {', '.join(LIBRARIES)}")
-    return {**env, FORCE_ENV: isa}
-
-
-def _command(kind: str, port: int) -> tuple[list[str], str | None]:
-    kind = kind.partition("@")[0]
-    cli = [sys.executable, "-m", "serving.cli"]
-    if kind.startswith("vllm-k"):
-        k = int(kind.removeprefix("vllm-k"))
-        cmd = cli + ["serve-vllm", "--model-dir", str(DEFAULT_MODEL_DIR), "--spec-k", str(k)]
-        return cmd + ["--port", str(port)], f"http://127.0.0.1:{port}/metrics"
-    if kind in RAY_APP_VARIANTS:
-        metrics = free_port()
-        cmd = cli + ["up", "cpu-tiny", "--port", str(port), "--ray-metrics-port", str(metrics)]
-        for assignment in RAY_APP_VARIANTS[kind][0]:
-            cmd += ["--set", assignment]
-        return cmd, f"http://127.0.0.1:{metrics}/metrics"
-    known = ", ".join(RAY_APP_VARIANTS)
-    raise ValueError(f"unknown local target {kind!r}: use vllm-k0..vllm-k8, {known}")
-
-
-def _answers(base_url: str) -> bool:
-    body = {"model": SERVED_MODEL_NAME, "prompt": "neti", "max_tokens": 2, "temperature": 0}
-    try:
-        return httpx.post(f"{base_url}/completions", json=body, timeout=60).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def start(kind: str, log_dir: Path, progress) -> LocalServer:
-    port = free_port()
-    cmd, metrics_url = _command(kind, port)
-    env = _environment(kind)
-    log = log_dir / f"{kind}.log"
-    progress(f"starting {kind} (log: {log})")
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True, env=env
-    )
-    base_url = f"http://127.0.0.1:{port}/v1"
-    while not _answers(base_url):
-        if proc.poll() is not None:
-            raise RuntimeError(f"{kind} exited with {proc.returncode}; see {log}")
-        if time.monotonic() - t0 > READY_TIMEOUT_S:
-            stop_group(proc)
-            raise RuntimeError(f"{kind} not ready after {READY_TIMEOUT_S} s; see {log}")
-        time.sleep(1)
-    ready = time.monotonic() - t0
-    stages = _stages_when_printed(log) if kind.partition("@")[0] in RAY_APP_VARIANTS else {}
-    progress(f"{kind} ready in {ready:.1f} s {stages or ''}")
-    target = Target(kind, base_url, SERVED_MODEL_NAME, metrics_url)
-    return LocalServer(target, proc, ready, stages)
+            if kind in errors:
+                continue
+            up, failed = start_all([make_spec(kind)], log_dir, progress)
+            errors |= failed
+            for server in up:
+                stop_all([server.proc], 60)
+                ready[kind].append(server.ready_seconds)
+                stages[kind] = server.stages or {}
+                progress(f"cold start {round_ + 1}/{times} {kind}: {server.ready_seconds:.1f} s")
+    medians = {k: statistics.median(v) for k, v in ready.items() if v}
+    return medians, stages, errors

@@ -1,20 +1,26 @@
-"""Interleaved comparison: every concurrency level, every round, every target in a
+"""Interleaved comparison: every round, every concurrency level, every target in a
 rotating order, so slow drifts of a shared machine hit all targets alike. Ours because
 `vllm bench serve` measures one target per run; each level's requests and figures are
-vLLM's (``serving.bench.load``, ``serving.bench.stats``)."""
+vLLM's (``serving.bench.load``, ``serving.bench.stats``).
+
+A run may have a deadline: past it the remaining cells are skipped (the report says how
+many), so a run with a wall-clock limit still ends with its report written. Rounds are
+the outer loop, so a run cut short still holds every level (with fewer rounds)."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
 from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
 
 from serving.bench.load import Target, run_level, settled_scrape
 from serving.bench.stats import acceptance, spec_decode_delta, summarize
-from serving.metrics_page import RAY_EXPORT_PERIOD_S, scrape
+from serving.metrics_page import Samples, scrape
 
 
 @dataclass
@@ -26,12 +32,30 @@ class BenchPlan:
     prompts: list[str]
     chat: bool = False
     warmup_requests: int = 2
+    requests_per_stream: int = 0  # each level sends at least this many per concurrent stream
+
+    def requests_at(self, concurrency: int) -> int:
+        """Requests per round at ``concurrency``: a level of 128 streams needs more than
+        16 requests to hold 128 in flight."""
+        return max(self.requests_per_level, self.requests_per_stream * concurrency)
+
+    def summary(self) -> dict:
+        return {
+            "concurrency": self.concurrency,
+            "requests_per_level": self.requests_per_level,
+            "requests_per_stream": self.requests_per_stream,
+            "requests_by_concurrency": {c: self.requests_at(c) for c in self.concurrency},
+            "rounds": self.rounds,
+            "max_tokens": self.max_tokens,
+            "chat": self.chat,
+        }
 
 
 @dataclass
 class _Cell:
     outputs: list[RequestFuncOutput] = field(default_factory=list)
     wall: float = 0.0
+    rounds: int = 0
     spec: list[dict] = field(default_factory=list)
 
 
@@ -54,54 +78,110 @@ def _merge_spec(deltas: list[dict]) -> dict | None:
     )
 
 
+class BenchRun:
+    """One run of a plan; ``result()`` reports what is measured so far (also after an
+    interruption). ``deadline``: a ``time.monotonic()`` past which no cell starts.
+    ``on_round``: called with the result so far after each round."""
+
+    def __init__(
+        self,
+        targets: list[Target],
+        plan: BenchPlan,
+        progress: Callable[[str], None] = _progress,
+        deadline: float | None = None,
+        on_round: Callable[[dict], None] | None = None,
+    ) -> None:
+        self.targets, self.plan, self.progress = targets, plan, progress
+        self.deadline, self.on_round = deadline, on_round
+        self.cells: dict[tuple[str, int], _Cell] = {}
+        self.done = 0
+        self.skipped = 0
+
+    @property
+    def total_cells(self) -> int:
+        return len(self.plan.concurrency) * self.plan.rounds * len(self.targets)
+
+    def run(self) -> dict:
+        plan = self.plan
+        top = max(plan.concurrency)
+        for target in self.targets:
+            self.progress(f"warm-up {target.name}")
+            asyncio.run(run_level(target, plan.prompts[: plan.warmup_requests], 1, 8, plan.chat))
+            if top > 8:  # one wave of the widest batch, so its first cell is not the first
+                wave = [plan.prompts[i % len(plan.prompts)] for i in range(top)]
+                asyncio.run(run_level(target, wave, top, 8, plan.chat))
+        started = time.monotonic()
+        for round_ in range(plan.rounds):  # rounds outermost: a cut run keeps every level
+            shift = round_ % len(self.targets)
+            for concurrency in plan.concurrency:
+                for target in self.targets[shift:] + self.targets[:shift]:
+                    if self.deadline is not None and time.monotonic() > self.deadline:
+                        self.skipped += 1
+                        continue
+                    self._cell(target, concurrency, round_, started)
+            if self.on_round:
+                self.on_round(self.result())
+        if self.skipped:
+            self.progress(f"time budget spent: {self.skipped} of {self.total_cells} cells skipped")
+        return self.result()
+
+    def _cell(self, target: Target, concurrency: int, round_: int, started: float) -> None:
+        plan = self.plan
+        count = plan.requests_at(concurrency)
+        prompts = [plan.prompts[(round_ * count + i) % len(plan.prompts)] for i in range(count)]
+        before = self._scrape(target)
+        outputs, wall = asyncio.run(
+            run_level(target, prompts, concurrency, plan.max_tokens, plan.chat)
+        )
+        cell = self.cells.setdefault((target.name, concurrency), _Cell())
+        cell.outputs += outputs
+        cell.wall += wall
+        cell.rounds += 1
+        self.done += 1
+        tokens = sum(o.output_tokens for o in outputs if o.success)
+        failed = sum(not o.success for o in outputs)
+        self.progress(
+            f"c={concurrency} round {round_ + 1}/{plan.rounds} {target.name}: "
+            f"{tokens / wall:.1f} tok/s, {failed} failed "
+            f"({time.monotonic() - started:.0f} s, cell {self.done}/{self.total_cells})"
+        )
+        if before is None:
+            return
+        try:
+            after = settled_scrape(
+                target.metrics_url, before, target.settle_period_s, target.settle_timeout_s
+            )
+        except (httpx.HTTPError, OSError) as exc:
+            self.progress(f"{target.name}: /metrics unreadable after the level ({exc})")
+            return
+        delta = spec_decode_delta(before, after, model=target.model)
+        if delta["drafts"]:
+            cell.spec.append(delta)
+
+    def _scrape(self, target: Target) -> Samples | None:
+        if not target.metrics_url:
+            return None
+        try:
+            return scrape(target.metrics_url)
+        except (httpx.HTTPError, OSError) as exc:  # a dead server: its requests fail too
+            self.progress(f"{target.name}: /metrics unreadable ({exc})")
+            return None
+
+    def result(self) -> dict:
+        levels = []
+        for (name, concurrency), cell in list(self.cells.items()):
+            summary = summarize(cell.outputs, cell.wall)
+            summary.update(
+                target=name,
+                concurrency=concurrency,
+                rounds=cell.rounds,
+                spec_decode=_merge_spec(cell.spec),
+            )
+            levels.append(summary)
+        plan = self.plan.summary()
+        plan["cells"] = {"total": self.total_cells, "done": self.done, "skipped": self.skipped}
+        return {"plan": plan, "targets": [t.name for t in self.targets], "levels": levels}
+
+
 def run_bench(targets: list[Target], plan: BenchPlan, progress=_progress) -> dict:
-    for target in targets:
-        progress(f"warm-up {target.name}")
-        asyncio.run(run_level(target, plan.prompts[: plan.warmup_requests], 1, 8, plan.chat))
-    cells: dict[tuple[str, int], _Cell] = {}
-    started = time.monotonic()
-    for concurrency in plan.concurrency:
-        for round_ in range(plan.rounds):
-            order = targets[round_ % len(targets) :] + targets[: round_ % len(targets)]
-            for target in order:
-                prompts = [
-                    plan.prompts[(round_ * plan.requests_per_level + i) % len(plan.prompts)]
-                    for i in range(plan.requests_per_level)
-                ]
-                before = scrape(target.metrics_url) if target.metrics_url else None
-                outputs, wall = asyncio.run(
-                    run_level(target, prompts, concurrency, plan.max_tokens, plan.chat)
-                )
-                cell = cells.setdefault((target.name, concurrency), _Cell())
-                cell.outputs += outputs
-                cell.wall += wall
-                tokens = sum(o.output_tokens for o in outputs if o.success)
-                failed = sum(not o.success for o in outputs)
-                progress(
-                    f"c={concurrency} round {round_ + 1}/{plan.rounds} {target.name}: "
-                    f"{tokens / wall:.1f} tok/s, {failed} failed "
-                    f"({time.monotonic() - started:.0f} s)"
-                )
-                if before is not None:
-                    after = settled_scrape(
-                        target.metrics_url, before, period=2.0, timeout=3 * RAY_EXPORT_PERIOD_S
-                    )
-                    delta = spec_decode_delta(before, after, model=target.model)
-                    if delta["drafts"]:
-                        cell.spec.append(delta)
-    levels = []
-    for (name, concurrency), cell in cells.items():
-        summary = summarize(cell.outputs, cell.wall)
-        summary.update(target=name, concurrency=concurrency, spec_decode=_merge_spec(cell.spec))
-        levels.append(summary)
-    return {
-        "plan": {
-            "concurrency": plan.concurrency,
-            "requests_per_level": plan.requests_per_level,
-            "rounds": plan.rounds,
-            "max_tokens": plan.max_tokens,
-            "chat": plan.chat,
-        },
-        "targets": [t.name for t in targets],
-        "levels": levels,
-    }
+    return BenchRun(targets, plan, progress).run()

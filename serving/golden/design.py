@@ -49,6 +49,9 @@ def _word_list(count: int) -> list[str]:
 #   up/gate projections large enough that SwiGLU's clamp (swiglu_limit) bites on about
 #   1% of elements (for comparing vLLM's MoE with a plain-torch statement of DSV4's).
 VARIANTS = ("designed", "numeric", "clamp")
+# How the checkpoint stores the weights: "bf16" as designed; "fp8" in DeepSeek-V4's FP8
+# release format (serving/golden/fp8.py), the same model through vLLM's quantized path.
+WEIGHT_FORMATS = ("bf16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -56,12 +59,18 @@ class GoldenDesign:
     draft_agreement: float = 1.0
     seed: int = 0
     variant: str = "designed"
+    weight_format: str = "bf16"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.draft_agreement <= 1.0:
             raise ValueError(f"draft_agreement must be in [0, 1], got {self.draft_agreement}")
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
+        if self.weight_format not in WEIGHT_FORMATS:
+            raise ValueError(
+                f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, "
+                f"got {self.weight_format!r}"
+            )
 
     @property
     def attention_live(self) -> bool:

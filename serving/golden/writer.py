@@ -18,7 +18,12 @@ def write_golden_model(out_dir: str | Path, design: GoldenDesign | None = None) 
     design = design or GoldenDesign()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    groups = list(golden_tensors(design))
+    cfg, groups = golden_config(), list(golden_tensors(design))
+    if design.weight_format == "fp8":
+        from serving.golden.fp8 import fp8_config, fp8_groups
+
+        groups = list(fp8_groups(groups, cfg))  # from the bf16 design's shapes
+        cfg = fp8_config(cfg)
     weight_map: dict[str, str] = {}
     for i, tensors in enumerate(groups):
         shard = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
@@ -26,13 +31,14 @@ def write_golden_model(out_dir: str | Path, design: GoldenDesign | None = None) 
         weight_map |= {name: shard for name in tensors}
     index = {"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
-    (out / "config.json").write_text(json.dumps(golden_config(), indent=2, sort_keys=True))
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     (out / "generation_config.json").write_text(json.dumps({"do_sample": False}))
     write_tokenizer(design, out)
     manifest = {
         "draft_agreement": design.draft_agreement,
         "seed": design.seed,
         "variant": design.variant,
+        "weight_format": design.weight_format,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
     return out

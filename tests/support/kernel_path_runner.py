@@ -6,7 +6,8 @@ SPEC: {"model_dir", "library": "native"|"avx512"|"avx2", "emulate": path or null
 "perturb": {"op": name, "factor": f} or null, "engine": {extra engine kwargs},
 "prompts": [...], "max_tokens": n, "k": MTP draft tokens (0 = none),
 "prompt_logprobs": n (optional: also each prompt position's top-n distribution; -1 = the
-whole vocabulary, which needs engine {"max_logprobs": -1})}.
+whole vocabulary, which needs engine {"max_logprobs": -1}), "facts": bool (optional: also
+what the engine runs, tests/support/engine_facts.py)}.
 
 Prints ``RESULT {...}``: per prompt the teacher-forced log-probability of every prompt
 token after the first (prefill: chunked prefill, compression, the indexer) and the
@@ -106,7 +107,13 @@ def main(spec: dict) -> dict:
                 {t: lp.logprob for t, lp in d.items()} for d in out.prompt_logprobs[1:]
             ]
         results.append(result)
+    facts = {}
+    if spec.get("facts"):
+        from tests.support.engine_facts import engine_facts
+
+        facts["engine"] = engine_facts(llm)
     return {
+        **facts,
         "library": kernel_library.loaded(),
         "patches": {name: st.outcome.value for name, st in REGISTRY.results.items()},
         "results": results,

@@ -202,10 +202,11 @@ def test_kernel_library_cost_compares_each_forced_library_with_the_native_server
 
 
 def test_a_local_kind_names_a_known_kernel_library():
-    from serving.bench.local import _environment
+    from serving.bench.targets import environment, local_setup
 
-    assert _environment("vllm-k2@avx512")["DSV4_CPU_KERNEL_LIBRARY"] == "avx512"
+    cpu = local_setup("cpu-tiny")
+    assert environment("vllm-k2@avx512", cpu)["DSV4_CPU_KERNEL_LIBRARY"] == "avx512"
     inherited = os.environ.get("DSV4_CPU_KERNEL_LIBRARY")
-    assert _environment("vllm-k2").get("DSV4_CPU_KERNEL_LIBRARY") == inherited
+    assert environment("vllm-k2", cpu).get("DSV4_CPU_KERNEL_LIBRARY") == inherited
     with pytest.raises(ValueError, match="unknown kernel library 'sse4'"):
-        _environment("vllm-k2@sse4")
+        environment("vllm-k2@sse4", cpu)

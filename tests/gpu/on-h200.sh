@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The GPU runs behind README "Verified on a GPU", as made on the project's lent H200 (one GPU,
+# vLLM 0.32's CUDA stack from ../shared/tools/gpu-kit installed into /tmp/site). From the
+# checkout's root, with OUT a folder for what comes back:
+#   tests/gpu/on-h200.sh suite   # make test-gpu, and beside it the Ray Serve app on the GPU
+#                                # (tests/gpu/serve_smoke.py): suite.tgz, smoke.tgz, test-gpu.log
+#   tests/gpu/on-h200.sh bench   # docs/bench-gpu: vLLM's server at k=0..3 and the Ray app
+# On a GPU node with the CUDA image the same steps are `make test-gpu`,
+# `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
+# specific to the lent machine but the kit's environment file.
+set -u -o pipefail
+step=${1:?usage: on-h200.sh suite|bench}
+OUT=${OUT:?set OUT}
+if [ -f /tmp/site/gpu-kit.env ]; then . /tmp/site/gpu-kit.env; fi
+export PYTHONUNBUFFERED=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
+# NVLink multicast stays off on shared hosts (the device notes); harmless on one GPU.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# DeepGEMM compiles its kernels with nvcc at run time: say which one.
+echo "nvcc: $(command -v nvcc || echo none) CUDA_HOME=${CUDA_HOME:-unset}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+work=/root/dsv4-gpu  # kept while the machine is warm: a later call can resume the suite
+mkdir -p "$work"
+case $step in
+suite)
+    rm -rf "$work/smoke"
+    # Beside the suite's engines: a fixed KV budget, so their starts and stops cannot upset
+    # this engine's memory profile (vLLM's free-memory checks, tests/gpu/jobs.py).
+    timeout "${SMOKE_TIMEOUT:-420}" python3 -m tests.gpu.serve_smoke --out "$work/smoke" \
+        --deadline 400 --set engine_args.kv_cache_memory_bytes=2147483648 \
+        --set engine_args.gpu_memory_utilization=0.1 > "$work/smoke.log" 2>&1 &
+    smoke=$!
+    export DSV4_GPU_OUT=$work/suite
+    timeout "${SUITE_TIMEOUT:-500}" make --no-print-directory test-gpu GPU_PYTHON=python3 \
+        GPU_PYTEST_ARGS="--junitxml=$work/suite/junit.xml ${SUITE_ARGS:-}" 2>&1 \
+        | tee "$OUT/test-gpu.log"
+    rc=${PIPESTATUS[0]}
+    wait "$smoke"; smoke_rc=$?
+    cp "$work/smoke.log" "$work/smoke/" 2>/dev/null
+    tar czf "$OUT/suite.tgz" -C "$work" suite
+    tar czf "$OUT/smoke.tgz" -C "$work" smoke
+    tail -5 "$work/smoke.log"
+    echo "suite exit $rc, smoke exit $smoke_rc"
+    ;;
+bench)
+    rm -rf "$work/bench-gpu"
+    timeout "${BENCH_TIMEOUT:-420}" python3 -m serving.cli bench --preset gpu-golden \
+        --local vllm-k0 vllm-k1 vllm-k2 vllm-k3 ray-app --start staggered \
+        --concurrency 1 8 32 64 128 --requests 16 --requests-per-stream 2 \
+        --rounds "${BENCH_ROUNDS:-1}" --max-tokens 64 --ray-metrics-interval-ms 2000 \
+        --budget-s "${BENCH_BUDGET:-330}" --out "$work/bench-gpu" 2>&1 | tee "$work/bench.log"
+    rc=${PIPESTATUS[0]}
+    cp "$work/bench.log" "$work/bench-gpu/" 2>/dev/null
+    tar czf "$OUT/bench-gpu.tgz" -C "$work" bench-gpu
+    echo "bench exit $rc"
+    ;;
+*) echo "unknown step $step"; exit 2 ;;
+esac

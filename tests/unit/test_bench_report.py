@@ -1,0 +1,221 @@
+"""The bench report from a synthetic GPU run (k = 0..3 and the Ray app at 1..128
+streams, start stages, a failed start, a cut-short plan), the start-up stages read from
+engine logs, and the runner's budget (nothing here starts an engine)."""
+
+import json
+
+import pytest
+from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
+
+from serving.bench import report
+from serving.bench.analysis import speedup_bound
+from serving.bench.load import Target
+from serving.bench.runner import BenchPlan, BenchRun
+from serving.bench.stages import start_stages, top_level
+from serving.bench.stats import acceptance, summarize
+from serving.bench.targets import free_ports, local_setup
+
+S0, DRAFT, TOKENS = 0.004, 0.0006, 64  # s per target step at k=0, per draft token
+CONCURRENCY = [1, 8, 32, 64, 128]
+GPU = {"name": "NVIDIA H200", "count": 1, "memory_gib": 139.8, "capability": "9.0", "cuda": "13.0"}
+
+
+def _level(target: str, concurrency: int, k: int, slowdown: float = 1.0) -> dict:
+    """Requests whose decode runs at ``s_k = S0 + k * DRAFT`` per step of k + 1 tokens."""
+    tpot = (S0 + k * DRAFT) * slowdown / (k + 1)
+    outputs = [
+        RequestFuncOutput(
+            success=True,
+            ttft=0.01,
+            itl=[tpot] * (TOKENS - 1),
+            latency=0.01 + tpot * (TOKENS - 1),
+            output_tokens=TOKENS,
+            start_time=i * 0.001,
+        )
+        for i in range(16)
+    ]
+    wall = 16 / concurrency * (0.01 + tpot * (TOKENS - 1))
+    entry = summarize(outputs, wall)
+    drafts = 16 * TOKENS / (k + 1)
+    spec = acceptance(drafts, drafts * k, drafts * k, {str(p): drafts for p in range(k)})
+    entry.update(target=target, concurrency=concurrency, rounds=2, spec_decode=spec if k else None)
+    return entry
+
+
+def _gpu_report() -> dict:
+    levels = [
+        _level(name, c, k, slowdown=1 + c / 64)
+        for c in CONCURRENCY
+        for name, k in [*((f"vllm-k{k}", k) for k in range(4)), ("ray-app", 2)]
+    ]
+    setup = local_setup("gpu-golden", engines=5, ray_metrics_interval_ms=2000)
+    return {
+        "plan": {
+            "concurrency": CONCURRENCY,
+            "rounds": 2,
+            "cells": {"total": 60, "done": 50, "skipped": 10},
+        },
+        "targets": ["vllm-k0", "vllm-k1", "vllm-k2", "vllm-k3", "ray-app"],
+        "levels": levels,
+        "ready_seconds": {"vllm-k0": 61.0, "vllm-k2": 64.0, "ray-app": 75.5},
+        "start_stages_seconds": {
+            "vllm-k0": {"weights": 1.2, "engine_init": 40.1, "compile": 20.3, "cuda_graphs": 9.0},
+            "vllm-k2": {"weights": 1.3, "engine_init": 43.0},
+            "ray-app": {"ray": 2.6, "serve": 2.3, "replica": 69.0, "engine_init": 41.0},
+        },
+        "start": {"mode": "staggered", "order": ["vllm-k0", "vllm-k2"], "cold_starts": 0},
+        "start_errors": {
+            "vllm-k3": {"error": "vllm-k3 exited with 1", "log_tail": "CUDA out of memory"}
+        },
+        "setup": setup.summary(),
+        "budget_s": 390,
+        "client_machine": {
+            "cpu_model": "Intel Xeon",
+            "cpus": 16,
+            "isa": "avx512_bf16",
+            "gpu": GPU,
+            "software": {"vllm": "0.32.0", "torch": "2.13.0", "ray": "2.60.0"},
+        },
+    }
+
+
+def test_a_gpu_report_has_its_figures_caveat_starts_and_plots(tmp_path):
+    written = report.write(_gpu_report(), tmp_path)
+    names = sorted(p.name for p in written)
+    assert names == sorted(
+        ["bench.json", "bench.md"]
+        + [f"{n}.png" for n in ("throughput", "latency", "acceptance", "mtp", "starts")]
+    )
+    assert all(p.stat().st_size > 0 for p in written)
+    data = json.loads((tmp_path / "bench.json").read_text())
+    mtp = data["figures"]["mtp"]
+    assert [b["concurrency"] for b in mtp] == CONCURRENCY
+    # The cost is fitted at c=1 and used for every level's bound.
+    assert mtp[0]["draft_cost_ratio"] == pytest.approx(DRAFT / S0)
+    assert all(b["draft_cost_ratio"] == mtp[0]["draft_cost_ratio"] for b in mtp)
+    k2 = mtp[0]["by_k"]["2"]
+    assert k2["bound"] == pytest.approx(3 / (1 + 2 * DRAFT / S0))
+    # Measured below its bound by the TTFT each request also waits.
+    e2e = {k: 0.01 + (S0 + k * DRAFT) * (1 + 1 / 64) / (k + 1) * (TOKENS - 1) for k in (0, 2)}
+    assert k2["speedup"] == pytest.approx(e2e[0] / e2e[2]) and k2["speedup"] < k2["bound"]
+    assert data["figures"]["serving_overhead"][0]["target"] == "ray-app"
+    md = (tmp_path / "bench.md").read_text()
+    assert "**These are the golden model's figures, not DSV4-Flash's.**" in md
+    assert "launch-bound" in md and "hidden 256" in md
+    assert "preset `gpu-golden`" in md and "kv_cache_memory_bytes=2147483648" in md
+    assert "GPU: NVIDIA H200 (1 visible, 139.8 GiB" in md and "Client machine: Intel Xeon" in md
+    assert "the preset's alerts assume c = 0.2" in md and "| of bound |" in md
+    assert "| target | ready | Ray | Serve | replica | weights | engine init" in md
+    assert "| ray-app | 75.5 | 2.6 | 2.3 | 69.0 | - | 41.0 |" in md
+    assert "vllm-k0 started alone (filling the kernel caches), then the others at once" in md
+    assert "**vllm-k3 did not start**: vllm-k3 exited with 1 (log tail in bench.json)." in md
+    assert "| 128 | 3 | " in md and "| of bound |" in md
+    assert "**Cut short by the time budget** (390 s): 10 of 60 load cells skipped" in md
+    for c in CONCURRENCY:
+        assert f"| vllm-k3 | {c} |" in md
+
+
+def test_a_cpu_report_without_setup_keeps_its_old_shape(tmp_path):
+    base = _gpu_report()
+    cpu = {
+        "plan": {"concurrency": [1, 8]},
+        "targets": ["app"],
+        "levels": [_level("app", 1, 2), _level("app", 8, 2)],
+        "client_machine": {"cpu_model": "AMD EPYC", "cpus": 2, "isa": "avx512_bf16"},
+    }
+    written = {p.name for p in report.write(cpu, tmp_path)}
+    assert "mtp.png" not in written and "starts.png" not in written  # no data for them
+    md = (tmp_path / "bench.md").read_text()
+    assert md.startswith("| target | c | tok/s |")
+    assert "Client machine: AMD EPYC, 2 CPUs, avx512_bf16." in md
+    assert "DSV4-Flash" not in md and "GPU:" not in md
+    assert base["setup"]["accelerator"] == {"kind": "nvidia", "type": "H200"}
+
+
+def test_a_cpu_preset_is_called_a_tiny_model_on_the_cpu_not_launch_bound():
+    setup = local_setup("cpu-tiny").summary()
+    md = report.markdown(
+        {"plan": {"concurrency": [1]}, "targets": [], "levels": [], "setup": setup}
+    )
+    assert "not DSV4-Flash's" in md and "a few CPU cores" in md and "launch-bound" not in md
+
+
+def test_a_non_positive_fitted_cost_bounds_at_the_acceptance_length():
+    assert speedup_bound(3.0, 2, -0.01) == 3.0
+    assert speedup_bound(3.0, 2, 0.0) == 3.0
+
+
+VLLM_GPU_LOG = """\
+INFO 12-01 10:00:00 [api_server.py:1] vLLM API server version 0.32.0
+(EngineCore pid=77) INFO 12-01 10:00:09 [gpu_model_runner.py:5150] Model loading took 0.24 GiB \
+memory and 1.234567 seconds
+(EngineCore pid=77) INFO 12-01 10:00:30 [gpu_model_runner.py:6582] Graph capturing finished in \
+12 secs, took 0.51 GiB
+(EngineCore pid=77) INFO 12-01 10:00:31 [core.py:396] init engine (profile, create kv cache, \
+warmup model) took 41.20 s (compilation: 20.50 s)
+"""
+
+
+def test_stages_from_a_vllm_gpu_log():
+    stages = start_stages(VLLM_GPU_LOG)
+    assert stages == {"weights": 1.234567, "engine_init": 41.2, "compile": 20.5, "cuda_graphs": 12}
+    assert top_level(stages, 50.0) == {
+        "weights": 1.234567,
+        "engine_init": 41.2,
+        "other": pytest.approx(50.0 - 42.434567),
+    }
+
+
+def test_stages_from_the_ray_apps_up_with_its_engine_lines():
+    log = (
+        "(ServeReplica:dsv4:Dsv4Server pid=9) (Worker pid=10) INFO 12-01 [default_loader.py:501]"
+        " Loading weights took 2.28 seconds\n"
+        "(ServeReplica:dsv4:Dsv4Server pid=9) (Worker pid=10) INFO 12-01 [default_loader.py:501]"
+        " Loading weights took 0.65 seconds\n"
+        "(ServeReplica:dsv4:Dsv4Server pid=9) INFO 12-01 [core.py:403] init engine (profile, "
+        "create kv cache, warmup model) took 3.10 s\n"
+        "(ServeReplica:dsv4:Dsv4Server pid=9) INFO engine started in 21.4s\n"
+        "[dsv4-serve] ready in 36s at http://127.0.0.1:8000/v1\n"
+        "[dsv4-serve] stages: ray 2.6s, serve 2.3s, replica 30.1s\n"
+    )
+    stages = start_stages(log)
+    assert list(stages) == ["ray", "serve", "replica", "engine", "weights", "engine_init"]
+    assert stages["replica"] == 30.1 and stages["engine"] == 21.4
+    assert stages["weights"] == pytest.approx(2.93)  # the CPU runner: target + draft loads
+    assert "compile" not in stages  # an eager CPU engine compiles nothing
+    assert top_level(stages, 36.0) == {
+        "ray": 2.6,
+        "serve": 2.3,
+        "replica": 30.1,
+        "other": pytest.approx(1.0),
+    }
+
+
+def _dead_target() -> Target:
+    (port,) = free_ports(1)  # nothing listens there: every request fails at once
+    return Target("dead", f"http://127.0.0.1:{port}/v1", "m")
+
+
+def test_the_runner_scales_requests_with_streams_and_records_failures():
+    plan = BenchPlan([1, 4], 2, rounds=2, max_tokens=4, prompts=["a b"] * 8, requests_per_stream=2)
+    result = BenchRun([_dead_target()], plan, progress=lambda _: None).run()
+    by_c = {e["concurrency"]: e for e in result["levels"]}
+    assert by_c[1]["requests"] == 2 * 2 and by_c[4]["requests"] == 8 * 2
+    assert all(e["failed"] == e["requests"] and e["rounds"] == 2 for e in by_c.values())
+    assert result["plan"]["cells"] == {"total": 4, "done": 4, "skipped": 0}
+    assert result["plan"]["requests_by_concurrency"] == {1: 2, 4: 8}
+
+
+def test_past_its_deadline_the_runner_skips_cells_and_says_so():
+    plan = BenchPlan([1, 8], 2, rounds=3, max_tokens=4, prompts=["a"] * 4)
+    rounds_seen = []
+    run = BenchRun(
+        [_dead_target(), _dead_target()],
+        plan,
+        progress=lambda _: None,
+        deadline=0.0,  # long past
+        on_round=rounds_seen.append,
+    )
+    result = run.run()
+    assert result["levels"] == [] and result["plan"]["cells"]["skipped"] == 12
+    assert len(rounds_seen) == 3  # a snapshot after each round, even an empty one
