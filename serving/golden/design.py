@@ -145,13 +145,20 @@ class GoldenDesign:
 
         After prefill produces the first token, each step drafts a chain of k tokens
         from the last token, the target accepts the longest correct prefix and adds
-        one token of its own.
+        one token of its own. Seen in vLLM 0.32 on the CPU and on an H200 alike: after a
+        one-token prompt the first draft step has every draft rejected (README, "Verified
+        on a GPU"), so that step is simulated as one.
         """
-        last = self.successor(self.token_ids(prompt)[-1])
+        prompt_ids = self.token_ids(prompt)
+        last = self.successor(prompt_ids[-1])
         produced, drafts, per_pos = 1, 0, [0] * k
         while produced < max_tokens:
             drafts += 1
             proposal, cur, accepted = last, last, 0
+            if drafts == 1 and len(prompt_ids) == 1:
+                produced += 1
+                last = self.successor(cur)
+                continue
             for pos in range(k):
                 proposal = self.draft(proposal)
                 if accepted == pos and proposal == self.successor(cur):

@@ -25,6 +25,9 @@ from tests.support.checkpoint_jitter import jittered_copy
 # DSV4_GPU_REHEARSE=1 runs the harness on the CPU backend (cpu-tiny, eager), to try the pool,
 # runners and records before a GPU run; the GPU claims themselves then fail, as they should.
 REHEARSE = os.environ.get("DSV4_GPU_REHEARSE") == "1"
+# DSV4_GPU_REPLAY=1 with DSV4_GPU_OUT a GPU run's folder: the tests over that run's kept
+# engine results, on any machine (no engine starts; a job without a result fails).
+REPLAY = os.environ.get("DSV4_GPU_REPLAY") == "1"
 PRESET = "cpu-tiny" if REHEARSE else "gpu-golden"
 PARALLEL = int(os.environ.get("DSV4_GPU_PARALLEL", "1" if REHEARSE else "8"))
 ONLY = re.compile(os.environ.get("DSV4_GPU_JOBS", ".*"))  # which engines to start
@@ -32,7 +35,7 @@ ONLY = re.compile(os.environ.get("DSV4_GPU_JOBS", ".*"))  # which engines to sta
 
 def cuda_reason() -> str | None:
     """None when a CUDA device is usable, else why not."""
-    if REHEARSE:
+    if REHEARSE or REPLAY:
         return None
     try:
         import torch
@@ -85,9 +88,9 @@ def pool(models: dict[str, Path], out_dir: Path):
         from tests.support.golden_prompts import engine_env
 
         env |= engine_env()
-    pool = EnginePool(out_dir / "logs", PARALLEL, env, resume)
+    pool = EnginePool(out_dir / "logs", PARALLEL, env, resume, replay=REPLAY)
     # The first engine alone fills the kernel caches the others then reuse.
-    pool.run_now(warmup_job(models))
+    pool.run_now(warmup_job(models))  # alone: it fills the kernel caches
     for job in all_jobs(models):
         if ONLY.fullmatch(job.name):
             pool.submit(job)

@@ -13,6 +13,14 @@ step=${1:?usage: on-h200.sh suite|bench}
 OUT=${OUT:?set OUT}
 if [ -f /tmp/site/gpu-kit.env ]; then . /tmp/site/gpu-kit.env; fi
 export PYTHONUNBUFFERED=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
+# gpu-kit carries no flashinfer, which vLLM's V2 model runner imports for its sampler
+# (vllm/v1/sample/ops/topk_topp_sampler.py) unless this is off; the CUDA image has it.
+export VLLM_USE_FLASHINFER_SAMPLER=0
+# The machine's grpcio (1.84) is older than Ray's grpcio-reflection asks (>= 1.85.1): a
+# wheel carried in .whl/ goes in front of it (ray.serve does not import otherwise).
+if ls .whl/grpcio-*.whl >/dev/null 2>&1 && [ -d /tmp/site ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/grpcio-*.whl
+fi
 # NVLink multicast stays off on shared hosts (the device notes); harmless on one GPU.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # DeepGEMM compiles its kernels with nvcc at run time: say which one.

@@ -7,7 +7,8 @@ pool starts several at once: each with a bounded KV budget, its output in a log 
 runs alone so that the kernels every engine compiles (TileLang, Triton, DeepGEMM,
 torch.compile) are in the shared caches before the others start. Each finished job's
 RESULT is kept next to its log; with ``resume`` a later session on the same machine reads
-those instead of starting the engine again (a suite cut short by a time limit goes on).
+those instead of starting the engine again (a suite cut short by a time limit goes on), and
+``replay`` reads only those (the tests re-evaluated over a GPU run's records, anywhere).
 """
 
 from __future__ import annotations
@@ -48,11 +49,17 @@ class Outcome:
 
 class EnginePool:
     def __init__(
-        self, log_dir: Path, parallel: int, env: dict[str, str], resume: bool = False
+        self,
+        log_dir: Path,
+        parallel: int,
+        env: dict[str, str],
+        resume: bool = False,
+        replay: bool = False,
     ) -> None:
         self.log_dir = log_dir
         self.env = env
-        self.resume = resume
+        self.resume = resume or replay
+        self.replay = replay  # kept results only: no engine starts (re-reading a GPU run)
         self._executor = ThreadPoolExecutor(max_workers=parallel)
         self._futures: dict[str, Future[Outcome]] = {}
         self._lock = threading.Lock()
@@ -105,6 +112,9 @@ class EnginePool:
             record = json.loads(kept.read_text())
             self._say(f"kept  {job.name}: from an earlier session ({record['seconds']:.0f}s)")
             return Outcome(job, 0, record["seconds"], record["result"], log)
+        if self.replay:
+            self._say(f"none  {job.name}: no kept result to replay")
+            return Outcome(job, None, 0.0, None, log)
         start = time.monotonic()
         self._say(f"start {job.name}")
         with log.open("w") as sink:
