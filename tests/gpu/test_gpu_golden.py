@@ -22,15 +22,7 @@ DRAFTED = "vllm:spec_decode_num_draft_tokens"
 def expected(design: GoldenDesign, run: dict, k: int) -> dict:
     if run["kind"] == "mtp_prompts":
         return expected_counters(design, mtp_prompts(design, run["batch"]), k)
-    total: dict = {}
-    for prompt in run_prompts(design, run):
-        for name, value in design.expected_spec_counters(prompt, LONG_MAX_TOKENS, k).items():
-            if isinstance(value, list):
-                prev = total.get(name, [0] * len(value))
-                total[name] = [a + b for a, b in zip(prev, value, strict=True)]
-            else:
-                total[name] = total.get(name, 0) + value
-    return total
+    return expected_counters(design, run_prompts(design, run), k, LONG_MAX_TOKENS)
 
 
 def run_prompts(design: GoldenDesign, run: dict) -> list[str]:

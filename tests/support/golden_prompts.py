@@ -27,10 +27,12 @@ def mtp_prompts(design: GoldenDesign, batch: int) -> list[str]:
     return [" ".join(design.words[5 * i : 5 * i + 2 + i % 4]) for i in range(batch)]
 
 
-def expected_counters(design: GoldenDesign, prompts: list[str], k: int) -> dict[str, object]:
+def expected_counters(
+    design: GoldenDesign, prompts: list[str], k: int, max_tokens: int = MTP_MAX_TOKENS
+) -> dict[str, object]:
     total: dict[str, object] = {}
     for prompt in prompts:
-        for name, value in design.expected_spec_counters(prompt, MTP_MAX_TOKENS, k).items():
+        for name, value in design.expected_spec_counters(prompt, max_tokens, k).items():
             if isinstance(value, list):
                 prev = total.get(name, [0] * len(value))
                 total[name] = [a + b for a, b in zip(prev, value, strict=True)]
