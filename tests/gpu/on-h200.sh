@@ -3,7 +3,8 @@
 # vLLM 0.32's CUDA stack from ../shared/tools/gpu-kit installed into /tmp/site). From the
 # checkout's root, with OUT a folder for what comes back:
 #   tests/gpu/on-h200.sh suite   # make test-gpu, and beside it the Ray Serve app on the GPU
-#                                # (tests/gpu/serve_smoke.py): suite.tgz, smoke.tgz, test-gpu.log
+#                                # (tests/gpu/serve_smoke.py) and the FP8 variants
+#                                # (tests/gpu/fp8_variants.py): suite/smoke/fp8.tgz, test-gpu.log
 #   tests/gpu/on-h200.sh bench   # docs/bench-gpu: vLLM's server at k=0..3 and the Ray app
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
@@ -37,6 +38,11 @@ suite)
         --deadline 400 --set engine_args.kv_cache_memory_bytes=2147483648 \
         --set engine_args.gpu_memory_utilization=0.1 > "$work/smoke.log" 2>&1 &
     smoke=$!
+    # And the FP8 job's fault, located: its engine in variants, eager, launches blocking.
+    rm -rf "$work/fp8"
+    nice -n 5 timeout "${FP8_TIMEOUT:-480}" python3 -m tests.gpu.fp8_variants --out "$work/fp8" \
+        --timeout "${FP8_VARIANT_TIMEOUT:-450}" > "$work/fp8.log" 2>&1 &
+    fp8=$!
     export DSV4_GPU_OUT=$work/suite
     mkdir -p "$work/suite"
     if command -v make >/dev/null; then
@@ -49,7 +55,11 @@ suite)
     timeout "${SUITE_TIMEOUT:-500}" "${suite[@]}" 2>&1 | tee "$OUT/test-gpu.log"
     rc=${PIPESTATUS[0]}
     wait "$smoke"; smoke_rc=$?
+    wait "$fp8"
     cp "$work/smoke.log" "$work/smoke/" 2>/dev/null
+    cp "$work/fp8.log" "$work/fp8/" 2>/dev/null
+    tar czf "$OUT/fp8.tgz" -C "$work" fp8
+    tail -3 "$work/fp8.log"
     tar czf "$OUT/suite.tgz" -C "$work" suite
     tar czf "$OUT/smoke.tgz" -C "$work" smoke
     tail -5 "$work/smoke.log"
