@@ -3,8 +3,8 @@
 A snapshot is the ``scrape-N.prom`` files ``tests/gpu/serve_smoke.py`` writes: every
 metrics endpoint of `dsv4-serve up` in three rounds. ``serving.monitoring.snapshot`` turns
 one into a promtool unit test whose expected values it computes from the scraped samples
-alone. Snapshots: the H200 run of ``up gpu-golden`` in docs/bench-gpu/scrape (issue 22),
-once stored; a CPU run of ``up cpu-tiny`` (tests/support/scrape-cpu-tiny); and any
+alone. Snapshots: the H200 run of ``up gpu-golden`` in docs/bench-gpu/scrape (issue 22,
+2026-12-02); a CPU run of ``up cpu-tiny`` (tests/support/scrape-cpu-tiny); and any
 directory in ``DSV4_SCRAPE_SNAPSHOTS`` (``os.pathsep``-separated).
 """
 
