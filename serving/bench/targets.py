@@ -244,6 +244,9 @@ def local_specs(
             cmd = [python, "-m", "serving.cli", "up", setup.preset_name, "--port", str(port)]
             cmd += ["--ray-metrics-port", str(ray_metrics)]
             cmd += ["--gateway-metrics-port", str(gateway_metrics)]
+            # The target's log must have the engine's own lines (serving/bench/stages.py
+            # reads them), which `up` shows only with --verbose.
+            cmd += ["--verbose"]
             for assignment in [*setup.sets, *RAY_APP_VARIANTS[base][0]]:
                 cmd += ["--set", assignment]
             metrics, ray_app = f"http://127.0.0.1:{ray_metrics}/metrics", True

@@ -153,6 +153,9 @@ class App:
         self.cmd += ["--host", "127.0.0.1", "--port", str(self.ports["api"])]
         self.cmd += ["--ray-metrics-port", str(self.ports["ray"])]
         self.cmd += ["--gateway-metrics-port", str(self.ports["gateway"])]
+        # Everything on `up`'s stdout (Ray's, Serve's and vLLM's output too), so up.log,
+        # which the run sends back, has it all; our own lines are picked out below.
+        self.cmd += ["--verbose"]
         self.run = run
         self.ready = threading.Event()
         self.lines: dict[str, str] = {}
@@ -184,7 +187,13 @@ class App:
                 line = raw.decode(errors="replace").rstrip()
                 if line.startswith("[dsv4-serve]"):
                     print(f"  {line}", flush=True)  # `up`'s own progress
-                    for key in ("serving path", "stages:", "ready in", "stopped HAProxy"):
+                    for key in (
+                        "serving path",
+                        "stages:",
+                        "ready in",
+                        "stopped HAProxy",
+                        "failed to start",
+                    ):
                         if key in line:
                             self.lines[key] = line
                 if READY_LINE in line:

@@ -1,5 +1,10 @@
 """Start `dsv4-serve up` (the Ray Serve app) as a child process and wait until the
-engine is ready (test helper)."""
+engine is ready (test helper).
+
+`up` runs with ``--verbose``, so the log the tests read (and show when a start fails) has
+Ray's, Serve's and vLLM's output besides our lines; the default console (our lines only)
+is tested in tests/serving/test_console_and_stop.py. `up`'s own log file goes next to it
+(``DSV4_LOG_DIR``), not into the checkout's ``.cache/logs``."""
 
 import subprocess
 import time
@@ -28,11 +33,11 @@ def ray_app(
     ports = {"api": free_port(), "ray": free_port(), "gateway": free_port()}
     cmd = [PYTHON, "-m", "serving.cli", "up", preset, "--port", str(ports["api"])]
     cmd += ["--ray-metrics-port", str(ports["ray"])]
-    cmd += ["--gateway-metrics-port", str(ports["gateway"]), *(extra or [])]
+    cmd += ["--gateway-metrics-port", str(ports["gateway"]), "--verbose", *(extra or [])]
     before = ray_pids()
     base = f"http://127.0.0.1:{ports['api']}"
     auth = {"Authorization": f"Bearer {key}"}
-    env = {"DSV4_API_KEYS": key}
+    env = {"DSV4_API_KEYS": key, "DSV4_LOG_DIR": str(log.parent)}
     # `up` drains, then Serve and Ray stop (Serve waits up to 30 s for its controller):
     # give it time to end everything it started before the group is killed.
     with running_server(cmd, f"{base}/v1/models", log, env, 400, auth, ROOT, 150) as proc:

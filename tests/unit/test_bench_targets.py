@@ -121,6 +121,7 @@ def test_the_gpu_ray_app_is_up_with_the_same_overrides():
     app, old = specs[1], specs[2]
     assert app.command[:5] == ["/x/python3", "-m", "serving.cli", "up", "gpu-golden"]
     assert "dsv4-serve" not in " ".join(app.command)
+    assert "--verbose" in app.command  # the engine's lines (start stages) reach its log
     sets = [app.command[i + 1] for i, a in enumerate(app.command) if a == "--set"]
     assert sets == list(setup.sets)
     assert "serving.path=ingress" in old.command  # a variant adds its own after
