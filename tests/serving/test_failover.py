@@ -163,7 +163,10 @@ def test_dead_engine_inside_a_living_replica(app, golden_design: GoldenDesign):
     figures = _fail_one(app, golden_design, "VLLM::EngineCore", "engine_core_killed")
     endings = figures["stream_endings"]
     assert len(endings) == 4 and "hang" not in endings, endings
-    assert endings.count("error event") == 2 and endings.count("complete") == 2, endings
+    # Every stream on the dead engine ends in an error event, the others complete. HAProxy
+    # usually splits the four 2/2, but not always (3/1 seen once): the split is its choice.
+    errors, complete = endings.count("error event"), endings.count("complete")
+    assert errors >= 1 and complete >= 1 and errors + complete == 4, endings
     # The replica ends itself as soon as a request meets the dead engine; a request
     # HAProxy hands it in that instant can still be cut (an error the client sees).
     failed = figures["new_requests_failed"]
