@@ -15,6 +15,10 @@ from collections.abc import Iterable
 import torch
 import torch.nn as nn
 from vllm.config import VllmConfig
+from vllm.distributed import (
+    get_tensor_model_parallel_rank,
+    get_tensor_model_parallel_world_size,
+)
 from vllm.model_executor.layers.fused_moe import fused_moe_make_expert_params_mapping
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import ReplicatedLinear
@@ -235,7 +239,11 @@ class CpuDeepSeekV4MTP(nn.Module):
                     )
                 param = params[name]
                 if name.endswith("attn_sink"):
-                    param.data[: tensor.shape[0]].copy_(tensor)
+                    # This rank's heads only (the sink is per head; TP shards the heads),
+                    # as vLLM's CPU DSV4 loader does (models/deepseek_v4/cpu/model.py).
+                    local = tensor.shape[0] // get_tensor_model_parallel_world_size()
+                    start = local * get_tensor_model_parallel_rank()
+                    param.data[:local].copy_(tensor[start : start + local])
                 else:
                     getattr(param, "weight_loader", default_weight_loader)(param, tensor)
                 loaded.add(name)

@@ -1,4 +1,4 @@
-"""Child process: a golden checkpoint (the FP8 one) with MTP in one engine, one JSON line out.
+"""Child process: a golden checkpoint (the FP8 one, or any) with MTP in one engine, one JSON line.
 
     python -m tests.support.fp8_runner MODEL_DIR ['{"enforce_eager": true}']
 
@@ -144,7 +144,8 @@ def main(model_dir: str, overrides: dict) -> dict:
     result["start_seconds"] = round(time.monotonic() - started, 1)
     _progress(f"engine up in {result['start_seconds']} s; reading what it runs")
     try:
-        (result["quant"],) = llm.collective_rpc(quant_facts)
+        facts = llm.collective_rpc(quant_facts)  # one per tensor-parallel rank
+        result["quant"], result["ranks"] = facts[0], len(facts)
     except Exception:
         result["errors"]["quant"] = _error()
     prompts = mtp_prompts(design, BATCH)
