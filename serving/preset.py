@@ -109,11 +109,23 @@ class Autoscaling(_Strict):
         return self
 
 
+class PerKeyLimits(_Strict):
+    """Limits per API key, enforced by each replica's gateway (serving/gateway/limits.py)."""
+
+    max_concurrent: int | None = Field(
+        None, ge=1, description="generation requests of one key in flight per replica"
+    )
+    tokens_per_minute: int | None = Field(
+        None, ge=1, description="prompt + completion tokens of one key per minute per replica"
+    )
+
+
 class Deployment(_Strict):
     replicas: int = Field(1, ge=1)
     autoscaling: Autoscaling | None = None
     max_ongoing_requests: int = Field(ge=1, description="in flight per replica")
     max_queued_requests: int = Field(-1, ge=-1, description="-1: unbounded queue")
+    per_key: PerKeyLimits = PerKeyLimits()
 
 
 class Serving(_Strict):

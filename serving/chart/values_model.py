@@ -165,8 +165,15 @@ class Probes(_Strict):
 
 class ApiKey(_Strict):
     existingSecret: str = ""
-    secretKey: str = Field("api-keys", min_length=1, description="key inside the Secret")
-    generate: bool = Field(True, description="create a Secret with a random key when none")
+    secretKey: str = Field(
+        "api-keys", min_length=1, description="entry of the Secret holding the inference keys"
+    )
+    adminSecretKey: str = Field(
+        "admin-keys",
+        description="entry of the Secret holding the admin keys (control and metrics routes);"
+        " empty: no admin key, the control routes are off",
+    )
+    generate: bool = Field(True, description="create a Secret with random keys when none")
 
 
 class Ingress(_Strict):

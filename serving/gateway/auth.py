@@ -1,75 +1,45 @@
-"""API-key authentication for the OpenAI routes.
+"""Who may call what: API keys with roles (``keys``) against the route table (``routes``).
 
-Keys come from ``DSV4_API_KEYS`` (comma-separated) and/or the file named by
-``DSV4_API_KEYS_FILE`` (one key per line; re-read when it changes, so a rotated
-Kubernetes Secret takes effect without a restart). Auth is on whenever at least one
-key is configured. Keys are compared in constant time and never logged.
+Auth is on whenever an inference or an admin key is configured. Then every route but
+the probes (``/health``, Ray's ``/-/healthz`` and ``/-/routes``) needs
+``Authorization: Bearer <key>``; a missing or wrong key gets a 401 OpenAI-style error.
+A key source that is configured but missing or empty fails closed: its routes answer
+nobody (no inference or admin key at all: 401 ``no_server_keys``; no admin key: the
+control routes take no key).
 
-A key file that is configured but missing or empty fails closed: every protected
-route is refused (401) rather than served without auth.
+Past the key: inference routes take inference and admin keys; metrics and control
+routes take admin keys only (403 for an inference key) and are off (404) while no
+admin key is configured; routes the table marks off, control routes whose engine
+feature is off, and paths the table does not list answer 404 to every key.
 
-Policy: ``/health``, ``/-/healthz`` and ``/-/routes`` stay open (probes); every
-``/v1/*`` route, ``/v1/models`` included (it names what is served), and ``/tokenize``
-need ``Authorization: Bearer <key>``.
+Each request's caller and route are left in the ASGI scope (``CALLER``, ``ROUTE``) for
+the per-key limits and the served schema.
 """
 
-import hmac
+from __future__ import annotations
+
 import logging
-import os
-from pathlib import Path
 from typing import Any
 
 from serving.gateway.errors import send_error
+from serving.gateway.keys import (
+    ANONYMOUS,
+    Caller,
+    KeyRing,
+    KeySource,
+    Role,
+    key_matches,
+)
+from serving.gateway.metrics import KEY_REQUESTS
+from serving.gateway.routes import TABLE, Kind, Route, RouteTable
 
-KEYS_ENV = "DSV4_API_KEYS"
-KEYS_FILE_ENV = "DSV4_API_KEYS_FILE"
-OPEN_PATHS = frozenset({"/health", "/-/healthz", "/-/routes"})
+CALLER = "dsv4.caller"
+ROUTE = "dsv4.route"
+OPEN_PATHS = frozenset(r.path for r in TABLE.routes if r.kind is Kind.PROBE)
+ADMIN_ONLY = frozenset({Kind.METRICS, Kind.CONTROL})
 logger = logging.getLogger("dsv4.gateway.auth")
 
-
-class KeySource:
-    def __init__(self, env: dict[str, str] | None = None) -> None:
-        env = dict(os.environ if env is None else env)
-        self._inline = [k.strip() for k in env.get(KEYS_ENV, "").split(",") if k.strip()]
-        self._file = Path(env[KEYS_FILE_ENV]) if env.get(KEYS_FILE_ENV) else None
-        self._file_stamp: float | None = None
-        self._file_keys: list[str] = []
-
-    def _refresh(self) -> None:
-        if self._file is None:
-            return
-        try:
-            stamp = self._file.stat().st_mtime
-        except OSError:
-            if self._file_keys:
-                logger.error("API key file %s is gone; keeping the last keys read", self._file)
-            return
-        if stamp != self._file_stamp:
-            lines = self._file.read_text().splitlines()
-            self._file_keys = [
-                line.strip() for line in lines if line.strip() and not line.startswith("#")
-            ]
-            self._file_stamp = stamp
-
-    def keys(self) -> list[bytes]:
-        self._refresh()
-        return [k.encode() for k in self._inline + self._file_keys]
-
-    def configured(self) -> bool:
-        """True when any key source is set, whether or not it yields keys right now."""
-        return bool(self._inline) or self._file is not None
-
-    def describe(self) -> str:
-        sources = ([KEYS_ENV] if self._inline else []) + ([str(self._file)] if self._file else [])
-        return f"{len(self.keys())} key(s) from {', '.join(sources)}" if sources else "no keys"
-
-
-def key_matches(presented: bytes, keys: list[bytes]) -> bool:
-    """Constant time in the key contents: every key is compared, no early exit."""
-    found = False
-    for key in keys:
-        found |= hmac.compare_digest(presented, key)
-    return found
+__all__ = ["ApiKeyAuth", "KeyRing", "KeySource", "decide", "key_matches", "presented_key"]
 
 
 def presented_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -80,45 +50,110 @@ def presented_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return None
 
 
-class ApiKeyAuth:
-    """ASGI middleware: 401 with an OpenAI-style error unless a configured key is presented."""
+def decide(
+    path: str,
+    route: Route | None,
+    caller: Caller,
+    admin_on: bool,
+    features: frozenset[str],
+) -> tuple[int, str, str] | None:
+    """None when the caller may use the route, else (status, code, message)."""
+    if route is None:
+        return 404, "route_not_served", f"{path} is not a route this server serves"
+    name = route.label
+    if route.kind is Kind.OFF:
+        return 404, "route_off", f"{name} is not served by this deployment: {route.why}"
+    if route.needs and route.needs not in features:
+        text = f"{name} needs the engine argument {route.needs}, which this deployment leaves off"
+        return 404, "feature_off", text
+    if route.kind not in ADMIN_ONLY:
+        return None
+    if not admin_on:
+        text = (
+            f"{name} is a {route.kind} route: off while no admin key is configured "
+            "(DSV4_ADMIN_KEYS / DSV4_ADMIN_KEYS_FILE)"
+        )
+        return 404, "admin_routes_off", text
+    if caller.role is not Role.ADMIN:
+        return 403, "admin_key_required", f"{name} is a {route.kind} route: it needs an admin key"
+    return None
 
-    def __init__(self, app: Any, source: KeySource | None = None) -> None:
+
+ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
+
+
+async def _deny(scope: dict, send: Any, status: int, code: str, message: str) -> None:
+    if scope["type"] == "websocket":  # closing before accept answers HTTP 403
+        return await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+    headers = {"www-authenticate": "Bearer"} if status == 401 else None
+    await send_error(send, status, message, ERROR_TYPES[status], code, headers)
+
+
+class ApiKeyAuth:
+    """ASGI middleware: identify the caller by key, then apply the route table."""
+
+    def __init__(
+        self,
+        app: Any,
+        source: KeySource | None = None,
+        keys: KeyRing | None = None,
+        table: RouteTable = TABLE,
+        features: frozenset[str] = frozenset(),
+    ) -> None:
         self.app = app
-        self.source = source or KeySource()
+        if keys is None:
+            keys = KeyRing()
+            if source is not None:  # inference keys only (tests, the earlier API)
+                keys.inference, keys.admin = source, KeySource({})
+        self.keys = keys
+        self.table = table
+        self.features = features
+
+    def _identify(self, scope: dict) -> tuple[Caller | None, tuple[int, str, str] | None]:
+        if not self.keys.auth_on():
+            return Caller(None, ANONYMOUS), None
+        presented = presented_key(scope.get("headers", []))
+        caller = self.keys.identify(presented or b"")
+        if caller is not None:
+            return caller, None
+        if not (self.keys.inference.keys() or self.keys.admin.keys()):
+            text = "No API keys are available on the server (key file missing or empty)."
+            return None, (401, "no_server_keys", text)
+        if presented is None:
+            return None, (
+                401,
+                "missing_api_key",
+                "Missing API key: send 'Authorization: Bearer <key>'.",
+            )
+        return None, (401, "invalid_api_key", "Invalid API key.")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
-        keys = self.source.keys()
-        if not keys:
-            if not self.source.configured():
-                return await self.app(scope, receive, send)
-            return await send_error(
-                send,
-                401,
-                "No API keys are available on the server (key file missing or empty).",
-                "authentication_error",
-                "no_server_keys",
-                {"www-authenticate": "Bearer"},
-            )
-        key = presented_key(scope.get("headers", []))
-        if key is None:
-            return await send_error(
-                send,
-                401,
-                "Missing API key: send 'Authorization: Bearer <key>'.",
-                "authentication_error",
-                "missing_api_key",
-                {"www-authenticate": "Bearer"},
-            )
-        if not key_matches(key, keys):
-            return await send_error(
-                send,
-                401,
-                "Invalid API key.",
-                "authentication_error",
-                "invalid_api_key",
-                {"www-authenticate": "Bearer"},
-            )
-        return await self.app(scope, receive, send)
+        path = scope["path"]
+        route = self.table.match(path)
+        scope[ROUTE] = route
+        if route is not None and route.kind is Kind.PROBE:
+            return await self.app(scope, receive, send)
+        caller, refusal = self._identify(scope)
+        if caller is None:
+            return await _deny(scope, send, *refusal)
+        scope[CALLER] = caller
+        denial = decide(path, route, caller, self.keys.admin.configured(), self.features)
+        kind = route.kind.value if route else "unlisted"
+        if denial is not None:
+            KEY_REQUESTS.labels(caller.key_id, kind, str(denial[0])).inc()
+            return await _deny(scope, send, *denial)
+        if scope["type"] == "websocket":
+            return await self.app(scope, receive, send)
+        status = {"code": 500}
+
+        async def recorded(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recorded)
+        finally:
+            KEY_REQUESTS.labels(caller.key_id, kind, str(status["code"])).inc()

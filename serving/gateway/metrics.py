@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from model_overrides.engine_status import STATUS_METHOD
+from serving.gateway.routes import TABLE
 
 logger = logging.getLogger("ray.serve.dsv4")  # logged with the replica's own lines
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -76,18 +77,38 @@ THRESHOLDS = Gauge(
     ["model_name", "threshold"],
     registry=REGISTRY,
 )
-MAX_BODY_FOR_MODEL = 1 << 20  # bytes of request body inspected for the model name
-# Label values come from fixed sets, so clients cannot grow the series count.
-KNOWN_ROUTES = frozenset(
-    {
-        "/v1/completions",
-        "/v1/chat/completions",
-        "/v1/models",
-        "/v1/embeddings",
-        "/v1/score",
-        "/v1/audio/transcriptions",
-    }
+# Per API key: the key's id (a SHA-256 prefix, never the key), so the series count is
+# bounded by the keys the server holds.
+KEY_REQUESTS = Counter(
+    "dsv4_gateway_key_requests",
+    "Requests by API key id (a hash of the key), route class and HTTP status",
+    ["key_id", "route_class", "status"],
+    registry=REGISTRY,
 )
+KEY_IN_FLIGHT = Gauge(
+    "dsv4_gateway_key_requests_in_flight",
+    "Generation requests of a key in flight (running or queued)",
+    ["key_id"],
+    registry=REGISTRY,
+)
+KEY_TOKENS = Counter(
+    "dsv4_gateway_key_tokens",
+    "Tokens charged to a key's per-minute budget (the response's usage, else the reservation)",
+    ["key_id"],
+    registry=REGISTRY,
+)
+KEY_REJECTED = Counter(
+    "dsv4_gateway_key_rejected",
+    "Requests refused with 429 for a key over its limit (concurrency or tokens per minute)",
+    ["key_id", "reason"],
+    registry=REGISTRY,
+)
+UNCLASSIFIED_ROUTES = Gauge(
+    "dsv4_gateway_unclassified_routes",
+    "Routes the served app mounts that the gateway's route table does not classify (denied)",
+    registry=REGISTRY,
+)
+MAX_BODY_FOR_MODEL = 1 << 20  # bytes of request body inspected for the model name
 
 
 async def publish_engine_status(collective_rpc: Callable[[str], Awaitable[list[dict]]]) -> None:
@@ -131,9 +152,10 @@ def _model_of(body: bytes, served: frozenset[str] | None = None) -> str:
 
 
 def route_label(path: str) -> str:
-    if path in KNOWN_ROUTES:
-        return path
-    return "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
+    """The route table's template for the path: label values come from a fixed set, so
+    clients cannot grow the series count."""
+    route = TABLE.match(path)
+    return route.label if route is not None else "other"
 
 
 class GatewayMetrics:

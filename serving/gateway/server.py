@@ -16,6 +16,7 @@ from ray.serve.llm import LLMServer
 
 from serving.gateway.admission import EngineLiveness
 from serving.gateway.metrics import publish_engine_status
+from serving.gateway.routes import enabled_features
 from serving.gateway.stack import GatewayOptions, start_metrics_server, wrap_app
 
 logger = logging.getLogger("ray.serve.dsv4")  # logged with the replica's own lines
@@ -37,7 +38,10 @@ class Dsv4Server(LLMServer):
     async def __serve_build_asgi_app__(self) -> Any:
         app = await super().__serve_build_asgi_app__()
         liveness = EngineLiveness(self._engine_alive, on_dead=self._end_replica_soon)
-        wrap_app(app, models=[self._llm_config.model_id], options=self._gateway, liveness=liveness)
+        # Routes that need an engine feature (elastic EP, ...) are off unless it is on.
+        features = enabled_features(self._llm_config.engine_kwargs)
+        models = [self._llm_config.model_id]
+        wrap_app(app, models=models, options=self._gateway, liveness=liveness, features=features)
         return app
 
     async def _engine_alive(self) -> bool:

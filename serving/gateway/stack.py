@@ -13,17 +13,22 @@ from serving.gateway.admission import Admission, EngineLiveness
 from serving.gateway.auth import ApiKeyAuth
 from serving.gateway.errors import http_exception_as_openai
 from serving.gateway.failures import FailureAnswers
+from serving.gateway.keys import KeyRing
+from serving.gateway.limits import KeyLimits
 from serving.gateway.metrics import (
     REGISTRY,
+    UNCLASSIFIED_ROUTES,
     GatewayMetrics,
     publish_served_models,
 )
 from serving.gateway.overload import OverloadResponses
 from serving.gateway.request_guard import RequestGuard
+from serving.gateway.routes import TABLE
+from serving.gateway.schema_view import ServedSchema
 
 METRICS_PORT_ENV = "DSV4_GATEWAY_METRICS_PORT"
 DEFAULT_METRICS_PORT = 9464
-logger = logging.getLogger("dsv4.gateway")
+logger = logging.getLogger("ray.serve.dsv4")  # logged with the replica's own lines
 
 
 class GatewayOptions(BaseModel):
@@ -35,6 +40,9 @@ class GatewayOptions(BaseModel):
     # Admission limits enforced by the gateway (direct path); None: Ray's own apply.
     max_ongoing_requests: int | None = Field(None, ge=1)
     max_queued_requests: int = Field(-1, ge=-1)
+    # Per API key (serving/gateway/limits.py); None: no limit.
+    key_max_concurrent: int | None = Field(None, ge=1)
+    key_tokens_per_minute: int | None = Field(None, ge=1)
 
 
 def wrap_app(
@@ -42,10 +50,19 @@ def wrap_app(
     models: list[str],
     options: GatewayOptions,
     liveness: EngineLiveness | None = None,
+    features: frozenset[str] = frozenset(),
 ) -> None:
     """Put the gateway around a FastAPI app, outermost first: metrics (see every
-    request), auth, input checks, overload answers (Retry-After, JSON body), errors
-    after acceptance, and the admission limits where the gateway enforces them."""
+    request), keys and the route table, the schema each key sees, input checks, the
+    per-key limits, overload answers (Retry-After, JSON body), errors after acceptance,
+    and the admission limits where the gateway enforces them. ``features``: the engine
+    arguments that are on (routes that need one are off without it)."""
+    unclassified = TABLE.unclassified(app.routes)
+    UNCLASSIFIED_ROUTES.set(len(unclassified))
+    if unclassified:  # denied (404) until serving/gateway/routes.py classifies them
+        logger.error("routes the route table does not classify, denied: %s", unclassified)
+    else:
+        logger.info("route table: all %d routes the app mounts are classified", len(app.routes))
     # vLLM's build_app builds its middleware stack eagerly: drop it so Starlette
     # rebuilds the stack, with ours, on the first request.
     app.middleware_stack = None
@@ -59,8 +76,18 @@ def wrap_app(
         )
     app.add_middleware(FailureAnswers)
     app.add_middleware(OverloadResponses)
+    app.add_middleware(
+        KeyLimits,
+        max_concurrent=options.key_max_concurrent,
+        tokens_per_minute=options.key_tokens_per_minute,
+    )
     app.add_middleware(RequestGuard)
-    app.add_middleware(ApiKeyAuth)
+    keys = KeyRing()
+    for source in (keys.inference, keys.admin):
+        if source.configured() and not source.keys():  # fails closed; say why
+            logger.error("%s is configured but holds no key", source.variable)
+    app.add_middleware(ServedSchema, keys=keys, features=features)
+    app.add_middleware(ApiKeyAuth, keys=keys, features=features)
     app.add_middleware(GatewayMetrics, models=models)
 
 

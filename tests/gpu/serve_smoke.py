@@ -50,6 +50,7 @@ from tests.support.paths import ROOT
 from tests.support.ray_app import READY_LINE
 
 KEY = "serve-smoke-key"
+ADMIN_KEY = "serve-smoke-admin-key"  # the API port's /metrics takes an admin key
 SPEC = "ray_vllm_spec_decode_num_{}_total"  # vLLM's counters through Ray's metrics export
 RUNNING = "ray_vllm_num_requests_running"
 # Processes `up` may leave: Ray's, Serve's HAProxy and vLLM's engine core.
@@ -165,8 +166,9 @@ class App:
         self._reader: threading.Thread | None = None
 
     def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DSV4_API_KEYS")}
-        env["DSV4_API_KEYS"] = KEY
+        keys = ("DSV4_API_KEYS", "DSV4_ADMIN_KEYS")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(keys)}
+        env["DSV4_API_KEYS"], env["DSV4_ADMIN_KEYS"] = KEY, ADMIN_KEY
         self.proc = subprocess.Popen(
             self.cmd,
             stdout=subprocess.PIPE,
@@ -268,7 +270,7 @@ def scrape_round(app: App, number: int, model: str) -> dict[str, Any]:
         url = f"http://127.0.0.1:{port}/metrics"
         unix_ms = int(time.time() * 1000)  # Prometheus stamps samples with the scrape start
         try:
-            headers = {"Authorization": f"Bearer {KEY}"}
+            headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
             response = httpx.get(url, timeout=30, headers=headers)
             info: dict[str, Any] = {"url": url, "status": response.status_code}
             if response.status_code == 200:

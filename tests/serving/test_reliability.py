@@ -11,6 +11,7 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -27,8 +28,10 @@ from tests.support.streams import stream_ending
 
 pytestmark = pytest.mark.slow
 KEY = "reliability-key-0123456789"
+ADMIN_KEY = "reliability-admin-key-0123456789"
 MODEL = "dsv4-golden"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 MAX_ONGOING, MAX_QUEUED = 4, 4
 FIGURES: dict = {}
 
@@ -42,10 +45,12 @@ def app(tmp_path_factory: pytest.TempPathFactory):
         "--set",
         f"deployment.max_queued_requests={MAX_QUEUED}",
     ]
-    with ray_app(tmp / "up.log", KEY, extra=limits) as running:
-        running["client"] = httpx.Client(base_url=running["base"], headers=AUTH, timeout=120)
-        yield running
-        running["client"].close()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DSV4_ADMIN_KEYS", ADMIN_KEY)  # the schema fuzzer reaches control routes
+        with ray_app(tmp / "up.log", KEY, extra=limits) as running:
+            running["client"] = httpx.Client(base_url=running["base"], headers=AUTH, timeout=120)
+            yield running
+            running["client"].close()
     (tmp / "reliability.json").write_text(json.dumps(FIGURES, indent=2))
     print("reliability figures:", json.dumps(FIGURES, indent=2))
 
@@ -257,6 +262,147 @@ def test_fuzzed_bodies_never_5xx_or_hang(app, body: dict, chat: bool):
     out = app["client"].post(route, content=raw, headers={"Content-Type": "application/json"})
     FIGURES["fuzz_cases"] = FIGURES.get("fuzz_cases", 0) + 1
     assert out.status_code < 500, (body, out.status_code, out.text[:300])
+
+
+# The served OpenAPI schema drives schemathesis: every operation an admin key reaches
+# (the schema an admin key reads lists them all: inference, probe, metrics and control),
+# positive and negative cases. CI runs a fixed set; DSV4_SCHEMA_FUZZ_EXAMPLES=N searches
+# N random cases per operation and mode.
+SCHEMA_FUZZ_EXAMPLES = int(os.environ.get("DSV4_SCHEMA_FUZZ_EXAMPLES", "0"))
+OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+FUZZ_OUTPUT_CAP, MAX_MODEL_LEN = 8, 4096
+
+
+def _schema_fields(spec: dict, schema: dict) -> set[str]:
+    if "$ref" in schema:
+        schema = spec["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+    fields = set(schema.get("properties", {}))
+    for part in schema.get("anyOf", []) + schema.get("oneOf", []) + schema.get("allOf", []):
+        fields |= _schema_fields(spec, part)
+    return fields
+
+
+def _body_fields(spec: dict, operation) -> set[str]:
+    body = spec["paths"][operation.path][operation.method.lower()].get("requestBody", {})
+    schema = body.get("content", {}).get("application/json", {}).get("schema")
+    return _schema_fields(spec, schema) if schema else set()
+
+
+def _prepared(body, fields: set[str], positive: bool):
+    """Positive cases keep the schema's own fields (schemathesis adds random ones, which
+    the gateway answers 400) and name the served model, so they reach vLLM's handlers;
+    generation is capped so the run stays bounded in time (a CPU decodes ~100 tokens/s),
+    while maxima past the context stay as generated (they must get a 400)."""
+    if not isinstance(body, dict):
+        return body
+    if positive:
+        body = {k: v for k, v in body.items() if k in fields}
+        if "model" in fields:
+            body["model"] = MODEL
+    asked = [f for f in OUTPUT_FIELDS if f in body]
+    for name in asked:
+        value = body[name]
+        if isinstance(value, int) and not isinstance(value, bool) and 8 < value <= MAX_MODEL_LEN:
+            body[name] = FUZZ_OUTPUT_CAP
+    own = [f for f in OUTPUT_FIELDS if f in fields]
+    if not asked and own:  # chat and responses would otherwise decode up to the context
+        body[own[0]] = FUZZ_OUTPUT_CAP
+    return body
+
+
+@dataclass
+class FuzzRecord:
+    """What the schema fuzzer saw: status codes and a few 4xx answers per operation, the
+    failures (a status >= 500, a hang, a dropped connection; all kept, so one run
+    reports every finding) and the operations schemathesis could not negate."""
+
+    codes: dict[str, dict[str, int]] = field(default_factory=dict)
+    samples: dict[str, set[str]] = field(default_factory=dict)
+    failures: list[tuple] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def saw(self, label: str, mode: str, status: int, text: str) -> None:
+        seen = self.codes.setdefault(label, {})
+        seen[str(status)] = seen.get(str(status), 0) + 1
+        answers = self.samples.setdefault(label, set())
+        if 400 <= status < 500 and len(answers) < 3:
+            answers.add(f"{mode} {status} {text[:160]}")
+
+
+def _fuzz(app, spec: dict, operation, mode, record: FuzzRecord) -> None:
+    """Hypothesis cases of one operation in one generation mode, called with the admin key."""
+    from hypothesis import Phase
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis import GenerationMode
+    from schemathesis.core import NOT_SET
+    from schemathesis.core.errors import UnsupportedSchema
+
+    fields = _body_fields(spec, operation)
+    positive = mode is GenerationMode.POSITIVE
+
+    @settings(
+        max_examples=SCHEMA_FUZZ_EXAMPLES or 6,
+        derandomize=not SCHEMA_FUZZ_EXAMPLES,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],  # no shrinking: bounded in time
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def one(case) -> None:
+        body = _prepared(case.body, fields, positive) if case.body is not NOT_SET else None
+        if body is not None:
+            case.body = body
+        try:
+            out = case.call(base_url=app["base"], headers=ADMIN_AUTH, timeout=60)
+        except Exception as exc:
+            record.failures.append((operation.label, mode.value, repr(exc), body))
+            return
+        record.saw(operation.label, mode.value, out.status_code, out.text)
+        if out.status_code >= 500:
+            failure = (operation.label, mode.value, out.status_code, body, out.text[:300])
+            record.failures.append(failure)
+
+    try:
+        one()
+    except Unsatisfiable:  # no invalid value exists for a lone path string
+        pass
+    except UnsupportedSchema as exc:  # a schema construct schemathesis cannot negate
+        record.unsupported.append(f"{operation.label} {mode.value}: {str(exc)[:120]}")
+
+
+@pytest.mark.timeout(900)
+def test_schema_fuzzer_finds_no_5xx_on_any_reachable_route(app, golden_design: GoldenDesign):
+    import schemathesis
+    from schemathesis import GenerationMode
+
+    schema = schemathesis.openapi.from_url(
+        app["base"] + "/openapi.json", headers=ADMIN_AUTH, timeout=60
+    )
+    operations = [result.ok() for result in schema.get_all_operations()]
+    spec = app["client"].get("/openapi.json", headers=ADMIN_AUTH).json()
+    record = FuzzRecord()
+    started = time.monotonic()
+    for operation in operations:
+        op_started = time.monotonic()
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            _fuzz(app, spec, operation, mode, record)
+        record.seconds[operation.label] = round(time.monotonic() - op_started, 1)
+    FIGURES["schema_fuzz"] = {
+        "operations": len(operations),
+        "requests": sum(sum(c.values()) for c in record.codes.values()),
+        "seconds": round(time.monotonic() - started, 1),
+        "seconds_by_operation": record.seconds,
+        "codes": record.codes,
+        "unsupported": record.unsupported,
+        "sample_4xx": {label: sorted(t) for label, t in record.samples.items() if t},
+        "failures": [list(map(str, f)) for f in record.failures],
+    }
+    print("schema fuzz:", json.dumps(FIGURES["schema_fuzz"], indent=1)[:4000])
+    assert len(operations) >= 14, [o.label for o in operations]
+    assert record.failures == [], record.failures
+    golden_ok(app, golden_design, seed=4)  # and it keeps serving
 
 
 def _rss_mib(root_pid: int) -> float:

@@ -14,6 +14,8 @@ import psutil
 import pytest
 
 from model_overrides import kernel_library
+from serving.gateway.keys import key_id
+from serving.gateway.routes import TABLE, Kind
 from serving.golden import GoldenDesign
 from tests.support.golden_prompts import prompt_of
 from tests.support.prom_samples import scrape, total
@@ -22,13 +24,16 @@ from tests.support.server_process import PYTHON
 
 pytestmark = pytest.mark.slow
 KEY = "test-key-0123456789"
+ADMIN_KEY = "test-admin-key-0123456789"
 MODEL = "dsv4-golden"
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory):
-    with ray_app(tmp_path_factory.mktemp("serve-app") / "up.log", KEY) as running:
-        yield running
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DSV4_ADMIN_KEYS", ADMIN_KEY)
+        with ray_app(tmp_path_factory.mktemp("serve-app") / "up.log", KEY) as running:
+            yield running
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +44,7 @@ def client(app):
 def test_start_up_says_how_to_reach_it(app):
     text = app["log"].read_text()
     assert "auth ON: 1 key(s) from DSV4_API_KEYS" in text
-    assert KEY not in text  # keys are never logged
+    assert KEY not in text and ADMIN_KEY not in text  # keys are never logged
     assert "ready in" in text and "curl -s" in text and "/metrics" in text
 
 
@@ -125,6 +130,65 @@ def test_auth_401_without_or_with_a_wrong_key(app):
     with pytest.raises(openai.AuthenticationError):
         wrong.completions.create(model=MODEL, prompt="neti", max_tokens=2)
     assert httpx.get(app["base"] + "/v1/models", timeout=30).status_code == 401
+
+
+def _get(app, path: str, key: str | None, method: str = "GET", **kw) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.request(method, app["base"] + path, headers=headers, timeout=60, **kw)
+
+
+def test_the_replica_mounts_only_routes_the_table_classifies(app):
+    # What the replica's gateway found in the app it serves (vLLM's and Ray Serve LLM's
+    # routes): every one classified by serving/gateway/routes.py.
+    gw = scrape(f"http://127.0.0.1:{app['ports']['gateway']}/metrics")
+    assert ("dsv4_gateway_unclassified_routes", ()) in gw
+    assert total(gw, "dsv4_gateway_unclassified_routes") == 0
+
+
+def test_the_served_schema_lists_what_each_key_reaches(app):
+    inference = set(_get(app, "/openapi.json", KEY).json()["paths"])
+    admin = set(_get(app, "/openapi.json", ADMIN_KEY).json()["paths"])
+    for path in inference | admin:  # every advertised path is the table's, and reachable
+        assert TABLE.match(path) is not None, path
+    assert {TABLE.match(p).kind for p in inference} == {Kind.INFERENCE, Kind.PROBE}
+    assert {TABLE.match(p).kind for p in admin - inference} == {Kind.CONTROL, Kind.METRICS}
+    assert {"/v1/completions", "/v1/chat/completions", "/v1/models/{model}"} <= inference
+    assert {"/load", "/kv_event_sources", "/metrics"} <= admin
+    # off in this deployment: elastic EP is not enabled, SageMaker's and batch routes are off
+    hidden = {"/scale_elastic_ep", "/invocations", "/v1/chat/completions/batch", "/ping"}
+    assert not hidden & admin
+    assert _get(app, "/openapi.json", None).status_code == 401
+
+
+def test_an_inference_key_cannot_reach_control_routes(app):
+    # The report: an inference key rescaled the engine (500 "Scale failed").
+    scale = _get(app, "/scale_elastic_ep", KEY, "POST", json={"new_data_parallel_size": 2})
+    assert scale.status_code == 404 and scale.json()["error"]["code"] == "feature_off"
+    for path in ("/load", "/kv_event_sources", "/version", "/metrics"):
+        denied = _get(app, path, KEY)
+        assert denied.status_code == 403, (path, denied.text)
+        assert denied.json()["error"]["code"] == "admin_key_required"
+    assert _get(app, "/is_scaling_elastic_ep", KEY, "POST").status_code == 404
+    assert _get(app, "/invocations", KEY, "POST", json={}).status_code == 404
+    assert _get(app, "/v1/brand-new", KEY).status_code == 404
+
+
+def test_an_admin_key_reaches_control_routes(app):
+    assert "server_load" in _get(app, "/load", ADMIN_KEY).json()
+    assert _get(app, "/kv_event_sources", ADMIN_KEY).status_code == 200
+    page = _get(app, "/metrics", ADMIN_KEY)  # vLLM's registry in the replica process
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain")
+    # Still off: this deployment does not enable elastic EP.
+    assert _get(app, "/scale_elastic_ep", ADMIN_KEY, "POST", json={}).status_code == 404
+
+
+def test_gateway_counts_requests_per_key_by_hash(app, client):
+    client.models.list()
+    gw = scrape(f"http://127.0.0.1:{app['ports']['gateway']}/metrics")
+    kid = key_id(KEY.encode())
+    assert total(gw, "dsv4_gateway_key_requests_total", key_id=kid, status="200") >= 1
+    page = httpx.get(f"http://127.0.0.1:{app['ports']['gateway']}/metrics", timeout=30).text
+    assert KEY not in page and ADMIN_KEY not in page
 
 
 def test_engine_and_gateway_metrics_advance(app, client, golden_design: GoldenDesign):

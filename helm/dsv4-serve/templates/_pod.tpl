@@ -61,6 +61,9 @@ image: {{ include "dsv4.image" $ }}
 imagePullPolicy: {{ $.Values.image.pullPolicy }}
 env:
   - {name: DSV4_API_KEYS_FILE, value: /etc/dsv4/api-keys/{{ $.Values.apiKey.secretKey }}}
+  {{- if $.Values.apiKey.adminSecretKey }}
+  - {name: DSV4_ADMIN_KEYS_FILE, value: /etc/dsv4/api-keys/{{ $.Values.apiKey.adminSecretKey }}}
+  {{- end }}
   - {name: DSV4_GATEWAY_METRICS_PORT, value: {{ $.Values.monitoring.gatewayMetricsPort | quote }}}
   - {name: HF_HUB_OFFLINE, value: "1"}
   # Read by Ray 2.60 (ray/serve/_private/constants.py, DEFAULT_HTTP_HOST); the Serve config

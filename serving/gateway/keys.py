@@ -1,0 +1,117 @@
+"""API keys with roles: inference keys and admin keys, each from a variable and a file.
+
+- inference: ``DSV4_API_KEYS`` (comma-separated) and/or ``DSV4_API_KEYS_FILE``;
+- admin: ``DSV4_ADMIN_KEYS`` and/or ``DSV4_ADMIN_KEYS_FILE``.
+
+A file holds one key per line (``#`` starts a comment) and is re-read when it changes,
+so a rotated Kubernetes Secret takes effect without a restart; both kinds rotate the
+same way. Keys are compared in constant time and never logged: metrics and logs name
+a key by its id, the first 12 hex digits of its SHA-256 (``key_id``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+KEYS_ENV = "DSV4_API_KEYS"
+KEYS_FILE_ENV = "DSV4_API_KEYS_FILE"
+ADMIN_KEYS_ENV = "DSV4_ADMIN_KEYS"
+ADMIN_KEYS_FILE_ENV = "DSV4_ADMIN_KEYS_FILE"
+ANONYMOUS = "anonymous"  # the caller's id while auth is off
+logger = logging.getLogger("dsv4.gateway.auth")
+
+
+class Role(StrEnum):
+    INFERENCE = "inference"
+    ADMIN = "admin"
+
+
+class KeySource:
+    """Keys from one variable and one file."""
+
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        variable: str = KEYS_ENV,
+        file_variable: str = KEYS_FILE_ENV,
+    ) -> None:
+        env = dict(os.environ if env is None else env)
+        self.variable = variable
+        self._inline = [k.strip() for k in env.get(variable, "").split(",") if k.strip()]
+        self._file = Path(env[file_variable]) if env.get(file_variable) else None
+        self._file_stamp: float | None = None
+        self._file_keys: list[str] = []
+
+    def _refresh(self) -> None:
+        if self._file is None:
+            return
+        try:
+            stamp = self._file.stat().st_mtime
+        except OSError:
+            if self._file_keys:
+                logger.error("API key file %s is gone; keeping the last keys read", self._file)
+            return
+        if stamp != self._file_stamp:
+            lines = self._file.read_text().splitlines()
+            self._file_keys = [
+                line.strip() for line in lines if line.strip() and not line.startswith("#")
+            ]
+            self._file_stamp = stamp
+
+    def keys(self) -> list[bytes]:
+        self._refresh()
+        return [k.encode() for k in self._inline + self._file_keys]
+
+    def configured(self) -> bool:
+        """True when the variable or the file is set, whether or not it yields keys now."""
+        return bool(self._inline) or self._file is not None
+
+    def describe(self) -> str:
+        sources = ([self.variable] if self._inline else []) + (
+            [str(self._file)] if self._file else []
+        )
+        return f"{len(self.keys())} key(s) from {', '.join(sources)}" if sources else "no keys"
+
+
+def key_matches(presented: bytes, keys: list[bytes]) -> bool:
+    """Constant time in the key contents: every key is compared, no early exit."""
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(presented, key)
+    return found
+
+
+def key_id(key: bytes) -> str:
+    return hashlib.sha256(key).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Caller:
+    role: Role | None  # None: auth is off
+    key_id: str
+
+
+class KeyRing:
+    """Both kinds of keys. Auth is on whenever either kind is configured."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.inference = KeySource(env, KEYS_ENV, KEYS_FILE_ENV)
+        self.admin = KeySource(env, ADMIN_KEYS_ENV, ADMIN_KEYS_FILE_ENV)
+
+    def auth_on(self) -> bool:
+        return self.inference.configured() or self.admin.configured()
+
+    def identify(self, presented: bytes) -> Caller | None:
+        """The caller a presented key belongs to, or None. Both lists are compared in
+        full; a key listed as both kinds is an admin key."""
+        is_admin = key_matches(presented, self.admin.keys())
+        is_inference = key_matches(presented, self.inference.keys())
+        if not presented or not (is_admin or is_inference):
+            return None
+        return Caller(Role.ADMIN if is_admin else Role.INFERENCE, key_id(presented))
