@@ -15,6 +15,7 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
             seed=args.seed,
             variant=args.variant,
             weight_format=args.weight_format,
+            draft_pattern=args.draft_pattern,
         )
     except ValueError as exc:
         print(f"dsv4-serve golden-model: {exc}", file=sys.stderr)
@@ -23,7 +24,7 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
     print(
         f"golden DSV4 checkpoint written to {out} "
         f"(variant={design.variant}, draft_agreement={design.draft_agreement}, "
-        f"weights={design.weight_format})"
+        f"weights={design.weight_format}, drafts={design.draft_pattern})"
     )
     return 0
 
@@ -146,7 +147,7 @@ def _add_preset_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from serving.golden.design import VARIANTS, WEIGHT_FORMATS
+    from serving.golden.design import DRAFT_PATTERNS, VARIANTS, WEIGHT_FORMATS
     from serving.golden_engine import DEFAULT_MODEL_DIR, DEFAULT_SPEC_K
 
     parser = argparse.ArgumentParser(prog="dsv4-serve", description=__doc__)
@@ -169,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="bf16",
         help="bf16: as designed; fp8: DeepSeek-V4's FP8 release format (e4m3 128x128 blocks, "
         "power-of-two scales, fp8 experts), loaded through vLLM's DeepseekV4FP8Config",
+    )
+    golden.add_argument(
+        "--draft-pattern",
+        choices=DRAFT_PATTERNS,
+        default="random",
+        help="random: --draft-agreement's share of words drafted right; families: three arcs "
+        "of the ring whose drafts are all right, right at every other step, never right",
     )
     golden.set_defaults(func=_cmd_golden_model)
 

@@ -52,6 +52,16 @@ VARIANTS = ("designed", "numeric", "clamp")
 # How the checkpoint stores the weights: "bf16" as designed; "fp8" in DeepSeek-V4's FP8
 # release format (serving/golden/fp8.py), the same model through vLLM's quantized path.
 WEIGHT_FORMATS = ("bf16", "fp8")
+# Which words the MTP draft gets wrong: "random", a draft_agreement share of them at
+# random; "families", the ring cut into three arcs whose acceptance is designed (FAMILIES).
+DRAFT_PATTERNS = ("random", "families")
+# Arc of the word ring -> the labels repeated along it (A: the draft agrees, D: it does not).
+# A step accepts the run of A's from the last token on, so "high" accepts every draft,
+# "zero" none, and "half" ("ADD": a step at an A accepts one, lands on a D, accepts none)
+# accepts half the first drafts and no later one. The target's ring is the same in every
+# pattern, so the greedy text is too; only the draft changes.
+FAMILIES = {"high": "A", "half": "ADD", "zero": "D"}
+_FAMILY_ARC_WORDS = 81  # words per arc (a multiple of 3, so "half" closes on its pattern)
 
 
 @dataclass(frozen=True)
@@ -60,8 +70,16 @@ class GoldenDesign:
     seed: int = 0
     variant: str = "designed"
     weight_format: str = "bf16"
+    draft_pattern: str = "random"
 
     def __post_init__(self) -> None:
+        if self.draft_pattern not in DRAFT_PATTERNS:
+            raise ValueError(
+                f"draft_pattern must be one of {', '.join(DRAFT_PATTERNS)}, "
+                f"got {self.draft_pattern!r}"
+            )
+        if self.draft_pattern == "families" and self.draft_agreement != 1.0:
+            raise ValueError("draft_agreement applies to draft_pattern 'random' only")
         if not 0.0 <= self.draft_agreement <= 1.0:
             raise ValueError(f"draft_agreement must be in [0, 1], got {self.draft_agreement}")
         if self.variant not in VARIANTS:
@@ -103,8 +121,35 @@ class GoldenDesign:
     def disagreeing_tokens(self) -> frozenset[int]:
         """Word ids on which the MTP draft is deliberately wrong."""
         word_ids = list(range(self.first_word_id, VOCAB_SIZE))
+        if self.draft_pattern == "families":
+            return frozenset(
+                token
+                for family, labels in FAMILIES.items()
+                for i, token in enumerate(self.family_arc(family))
+                if labels[i % len(labels)] == "D"
+            )
         count = round((1.0 - self.draft_agreement) * len(word_ids))
         return frozenset(random.Random(self.seed + 7).sample(word_ids, count))
+
+    def family_arc(self, family: str) -> list[int]:
+        """The word ids of one family's arc, in ring order (families pattern)."""
+        index = list(FAMILIES).index(family)  # ValueError names an unknown family
+        start = self.first_word_id + index * _FAMILY_ARC_WORDS
+        return list(range(start, start + _FAMILY_ARC_WORDS))
+
+    def family_prompt(self, family: str, offset: int = 0, words: int = 2) -> str:
+        """A prompt whose greedy walk starts at the family's arc (its last word there).
+
+        Its continuation stays inside the arc for ``family_span(offset)`` tokens, so a
+        request of at most that many tokens meets only the family's designed drafts."""
+        last = self.family_arc(family)[3 * offset]  # a multiple of 3: "half" starts on an A
+        first = self.first_word_id
+        ids = [first + (last - first - words + 1 + i) % len(self.words) for i in range(words)]
+        return " ".join(self.vocab[i] for i in ids)
+
+    def family_span(self, offset: int = 0, k: int = 3) -> int:
+        """Tokens a family prompt may ask for and stay in its arc with k drafts looked at."""
+        return _FAMILY_ARC_WORDS - 3 * offset - k - 1
 
     def draft_input_map(self, token_id: int) -> int:
         """The token whose direction the MTP ``e_proj`` maps ``token_id`` to."""

@@ -40,6 +40,8 @@ def write_golden_model(out_dir: str | Path, design: GoldenDesign | None = None) 
         "variant": design.variant,
         "weight_format": design.weight_format,
     }
+    if design.draft_pattern != "random":  # absent: the checkpoints written before it
+        manifest["draft_pattern"] = design.draft_pattern
     (out / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
     return out
 

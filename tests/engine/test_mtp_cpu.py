@@ -122,3 +122,32 @@ def test_sampling_at_temperature_one_keeps_the_golden_text(models):
         models, 1.0, 2, "8", temperature=1.0, DSV4_OVERRIDES_DISABLE="cpu-rejection-expand-dtype"
     )
     assert not all(broken["runs"][0]["texts_ok"]), "upstream's CPU expand bug did not reproduce"
+
+
+@pytest.fixture(scope="module")
+def families_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    design = GoldenDesign(draft_pattern="families")
+    return write_golden_model(tmp_path_factory.mktemp("golden-families"), design)
+
+
+def test_acceptance_families_give_the_designed_text_and_counters_in_one_engine(families_dir):
+    """Acceptance 1.0, about 0.5 on the first position, and 0.0, side by side in one engine
+    (serving/golden/design.py, FAMILIES); the text is the default model's."""
+    proc = subprocess.run(
+        [PYTHON, "-m", "tests.support.family_runner", str(families_dir), "2"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        env={**os.environ, **engine_env()},
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, f"runner failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    families = json.loads(line[len("RESULT ") :])["families"]
+    for name, run in families.items():
+        assert all(run["texts_ok"]), (name, run)
+        assert run["counters"] == run["expected"], (name, run)
+    assert families["high"]["counters"][ACCEPTED] == families["high"]["counters"][DRAFTED]
+    assert families["zero"]["counters"][ACCEPTED] == 0
+    half = families["half"]["counters"]
+    assert 0 < half[ACCEPTED] < half[DRAFTED] / 2  # half the first drafts, no second one
