@@ -5,17 +5,14 @@ read its JSON. Expected counters come from simulating MTP on the golden design.
 """
 
 import json
-import os
-import subprocess
 from functools import cache
 from pathlib import Path
 
 import pytest
 
 from serving.golden import GoldenDesign, write_golden_model
-from tests.support.golden_prompts import engine_env, expected_counters, mtp_prompts
-from tests.support.paths import ROOT
-from tests.support.server_process import PYTHON
+from tests.support.child_result import child_result
+from tests.support.golden_prompts import expected_counters, mtp_prompts
 
 pytestmark = pytest.mark.slow
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
@@ -34,17 +31,8 @@ def models(tmp_path_factory: pytest.TempPathFactory, golden_dir: Path) -> dict[f
 def _run(
     model_dir: str, k: int, batches: str, env_items: tuple = (), temperature: float = 0.0
 ) -> dict:
-    proc = subprocess.run(
-        [PYTHON, "-m", "tests.support.mtp_runner", model_dir, str(k), batches, str(temperature)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env={**os.environ, **engine_env(), **dict(env_items)},
-    )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line, f"runner failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    return json.loads(line[len("RESULT ") :])
+    args = (model_dir, str(k), batches, str(temperature))
+    return child_result("tests.support.mtp_runner", *args, env=dict(env_items))
 
 
 def run(
@@ -133,17 +121,7 @@ def families_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_acceptance_families_give_the_designed_text_and_counters_in_one_engine(families_dir):
     """Acceptance 1.0, about 0.5 on the first position, and 0.0, side by side in one engine
     (serving/golden/design.py, FAMILIES); the text is the default model's."""
-    proc = subprocess.run(
-        [PYTHON, "-m", "tests.support.family_runner", str(families_dir), "2"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env={**os.environ, **engine_env()},
-    )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line, f"runner failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    families = json.loads(line[len("RESULT ") :])["families"]
+    families = child_result("tests.support.family_runner", str(families_dir), "2")["families"]
     for name, run in families.items():
         assert all(run["texts_ok"]), (name, run)
         assert run["counters"] == run["expected"], (name, run)

@@ -9,14 +9,11 @@ engine, in a child process (tests/support/fp8_runner.py, which takes any golden 
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.golden_prompts import engine_env
-from tests.support.paths import ROOT
-from tests.support.server_process import PYTHON
+from tests.support.child_result import child_result
 
 pytestmark = pytest.mark.slow
 TP = 2
@@ -28,19 +25,13 @@ def result(golden_dir: Path) -> dict:
     # (this machine has one node), the first two this process may use.
     cores = sorted(os.sched_getaffinity(0))
     bind = f"{cores[0]}|{cores[1 % len(cores)]}"
-    env = {**os.environ, **engine_env(), "VLLM_CPU_OMP_THREADS_BIND": bind}
     overrides = json.dumps({"tensor_parallel_size": TP})
-    proc = subprocess.run(
-        [PYTHON, "-m", "tests.support.fp8_runner", str(golden_dir), overrides],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env=env,
+    return child_result(
+        "tests.support.fp8_runner",
+        str(golden_dir),
+        overrides,
+        env={"VLLM_CPU_OMP_THREADS_BIND": bind},
     )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line, f"runner failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    return json.loads(line[len("RESULT ") :])
 
 
 def test_both_ranks_load_and_decode_without_error(result: dict):

@@ -1,0 +1,26 @@
+"""Run a runner module (tests/support/*_runner.py) in a child process, read its RESULT line."""
+
+import json
+import os
+import subprocess
+
+from tests.support.golden_prompts import engine_env
+from tests.support.paths import ROOT
+from tests.support.server_process import PYTHON
+
+
+def child_result(module: str, *args: str, env: dict[str, str] | None = None) -> dict:
+    """The JSON a runner prints as ``RESULT {...}``; the child's stderr tail if it printed none.
+
+    The child gets this process's environment, the golden engine's (engine_env) and ``env``."""
+    proc = subprocess.run(
+        [PYTHON, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        env={**os.environ, **engine_env(), **(env or {})},
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, f"{module} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    return json.loads(line[len("RESULT ") :])
