@@ -15,6 +15,7 @@ from model_overrides.patches import (  # noqa: F401 - imported for registration
     dsv4_cuda_hc_path,
     moe_clamp_filter,
     pr42930,
+    spec_guard,
 )
 
 REGISTRY_READY = True

@@ -10,6 +10,7 @@ tokens, so on those the draft proposes exactly the target's next token.
 """
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -185,7 +186,9 @@ class GoldenDesign:
         """Expected greedy chat reply: DSV4's chat encoding ends every prompt in a marker."""
         return self.render(self.greedy([THINK_END_ID], max_tokens))
 
-    def expected_spec_counters(self, prompt: str, max_tokens: int, k: int) -> dict[str, object]:
+    def expected_spec_counters(
+        self, prompt: str, max_tokens: int, k: int, k_schedule: Sequence[int] | None = None
+    ) -> dict[str, object]:
         """vLLM's spec-decode counters for one greedy request, by simulating MTP with k drafts.
 
         After prefill produces the first token, each step drafts a chain of k tokens
@@ -193,18 +196,31 @@ class GoldenDesign:
         one token of its own. Seen in vLLM 0.32 on the CPU and on an H200 alike: after a
         one-token prompt the first draft step has every draft rejected (README, "Verified
         on a GPU"), so that step is simulated as one.
+
+        ``k_schedule`` (repeated): the drafts proposed at the end of each step, the
+        prefill step first, for a lone request under a guard that varies k; a step
+        verifies what the step before proposed, and a step after a 0 drafts nothing.
         """
+        schedule = list(k_schedule) if k_schedule else [k]
         prompt_ids = self.token_ids(prompt)
         last = self.successor(prompt_ids[-1])
-        produced, drafts, per_pos = 1, 0, [0] * k
+        produced, drafts, draft_tokens, per_pos = 1, 0, 0, [0] * k
+        step, proposed = 0, min(schedule[0], k)
         while produced < max_tokens:
+            step += 1
+            verify, proposed = proposed, min(schedule[step % len(schedule)], k)
+            if verify == 0:
+                produced += 1
+                last = self.successor(last)
+                continue
             drafts += 1
+            draft_tokens += verify
             proposal, cur, accepted = last, last, 0
             if drafts == 1 and len(prompt_ids) == 1:
                 produced += 1
                 last = self.successor(cur)
                 continue
-            for pos in range(k):
+            for pos in range(verify):
                 proposal = self.draft(proposal)
                 if accepted == pos and proposal == self.successor(cur):
                     accepted += 1
@@ -214,7 +230,7 @@ class GoldenDesign:
             last = self.successor(cur)
         return {
             "vllm:spec_decode_num_drafts": drafts,
-            "vllm:spec_decode_num_draft_tokens": drafts * k,
+            "vllm:spec_decode_num_draft_tokens": draft_tokens,
             "vllm:spec_decode_num_accepted_tokens": sum(per_pos),
             "vllm:spec_decode_num_accepted_tokens_per_pos": per_pos,
         }

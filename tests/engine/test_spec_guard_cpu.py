@@ -1,0 +1,104 @@
+"""The speculation guard in vLLM's real scheduler, on the CPU backend, with the golden
+families checkpoint (drafts always, half, never right). Two child engines: the guard in
+script mode (k fixed per step), whose counters must be the simulator's step for step,
+which proves where the guard hooks in and the one-step lag; and the adaptive guard over
+phases of changing acceptance. Behaviour only: timing targets are the bench's."""
+
+from pathlib import Path
+
+import pytest
+
+from model_overrides.spec_guard_config import GUARD_ENV, GuardSettings
+from serving.golden import GoldenDesign, write_golden_model
+from serving.golden.writer import read_design
+from tests.support.child_result import child_result
+from tests.support.golden_prompts import expected_counters
+from tests.support.guard_runner import MAX_TOKENS, K, prompts_of
+
+pytestmark = pytest.mark.slow
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFTED = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+SCRIPT = [2, 0, 1]
+PLAN = "high:2,zero:8,zero:8,high:8,half:8,mixed:8"
+
+
+@pytest.fixture(scope="module")
+def families_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    design = GoldenDesign(draft_pattern="families")
+    return write_golden_model(tmp_path_factory.mktemp("golden-families"), design)
+
+
+def run(model_dir: Path, plan: str, settings: GuardSettings) -> dict:
+    env = settings.engine_env()
+    return child_result("tests.support.guard_runner", str(model_dir), plan, env=env)
+
+
+@pytest.fixture(scope="module")
+def adaptive(families_dir: Path) -> dict:
+    return run(families_dir, PLAN, GuardSettings(mode="adaptive"))
+
+
+def test_a_scripted_k_gives_the_simulators_counters_step_for_step(families_dir):
+    result = run(families_dir, "half:1", GuardSettings(mode="script", script=SCRIPT))
+    (phase,) = result["phases"]
+    assert all(phase["texts_ok"])
+    design = read_design(families_dir)
+    (prompt,) = prompts_of(design, "half", 1)
+    expected = design.expected_spec_counters(prompt, MAX_TOKENS, K, SCRIPT)
+    assert phase["counters"] == expected
+    # A fixed k of 2 drafts more: the script did change what the worker proposed.
+    assert expected[DRAFTED] < design.expected_spec_counters(prompt, MAX_TOKENS, K)[DRAFTED]
+    assert result["state"]["decisions"]["script"] > 0
+
+
+def test_every_text_is_the_greedy_one_whatever_k_the_guard_picked(adaptive):
+    for phase in adaptive["phases"]:
+        assert all(phase["texts_ok"]), phase
+
+
+def phase_decisions(result: dict, index: int) -> list[dict]:
+    phase = result["phases"][index]
+    return [d for d in result["decisions"] if phase["started"] <= d["t"] <= phase["ended"]]
+
+
+def held(decisions: list[dict]) -> list[int]:
+    return [d["k"] for d in decisions if d["reason"] != "probe"]
+
+
+def test_drafts_that_are_never_right_turn_drafting_off(adaptive, families_dir):
+    zero = phase_decisions(adaptive, 1) + phase_decisions(adaptive, 2)
+    assert any(d["k"] == 0 and d["reason"] == "down" for d in zero), zero
+    assert held(phase_decisions(adaptive, 2))[-1:] == [0]
+    # With drafting off only the probe steps draft: far fewer than a static k=2 would.
+    design = read_design(families_dir)
+    static = expected_counters(design, prompts_of(design, "zero", 8), K, MAX_TOKENS)
+    second = adaptive["phases"][2]["counters"]
+    assert second[ACCEPTED] == 0
+    assert second[DRAFTS] < static[DRAFTS] / 2, (second, static)
+
+
+def test_drafting_comes_back_when_drafts_are_right_again(adaptive):
+    decisions = phase_decisions(adaptive, 3)
+    assert any(d["k"] == K and d["reason"] == "up" for d in decisions), decisions
+    high = adaptive["phases"][3]["counters"]
+    assert high[ACCEPTED] == high[DRAFTED] > 0
+
+
+def test_half_right_first_drafts_settle_on_one_draft(adaptive):
+    decisions = phase_decisions(adaptive, 4)
+    assert held(decisions)[-1] == 1, decisions
+    half = adaptive["phases"][4]["counters"]
+    assert half["vllm:spec_decode_num_accepted_tokens_per_pos"][1] == 0
+
+
+def test_the_state_file_holds_what_the_gauges_publish(adaptive):
+    state = adaptive["state"]
+    assert state["mode"] == "adaptive" and state["k_max"] == K
+    assert len(state["acceptance"]) == K
+    assert {"calibrate", "down", "up", "probe", "hold"} <= set(state["decisions"])
+    assert sum(state["decisions"].values()) == state["steps"]
+
+
+def test_the_guard_settings_travel_as_one_variable():
+    assert list(GuardSettings(mode="adaptive").engine_env()) == [GUARD_ENV]
