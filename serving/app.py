@@ -15,10 +15,22 @@ DIRECT_NAME = "Dsv4Server"  # the engine-and-ingress deployment (serving.path: d
 
 
 def ensure_golden_model(preset: Preset, model_source: str) -> None:
-    if preset.model.golden and not (Path(model_source) / "config.json").exists():
-        from serving.golden import write_golden_model
+    """Write the golden checkpoint the preset asks for, or check the one there is it."""
+    if not preset.model.golden:
+        return
+    from serving.golden import GoldenDesign, write_golden_model
+    from serving.golden.writer import read_design
 
-        write_golden_model(model_source)
+    wanted = preset.model.golden_drafts
+    if not (Path(model_source) / "config.json").exists():
+        write_golden_model(model_source, GoldenDesign(draft_pattern=wanted))
+        return
+    found = read_design(model_source).draft_pattern
+    if found != wanted:
+        raise ValueError(
+            f"golden model at {model_source} has drafts {found!r} but the preset's "
+            f"model.golden_drafts is {wanted!r}: point model.source at another directory"
+        )
 
 
 def build(args: dict[str, Any]) -> Any:

@@ -76,6 +76,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     _, preset = resolve(_build_args(args))
     print(f"preset {preset.name!r}: {preset.description}")
+    print(f"speculation guard: {preset.speculation.guard.describe()}")
     print("resolved vLLM engine arguments:")
     print(json.dumps(preset.engine_kwargs(), indent=2, sort_keys=True))
     print("Ray Serve LLM config:")

@@ -64,7 +64,7 @@ def llm_config(preset: Preset, model_source: str) -> dict[str, Any]:
         "model_loading_config": {"model_id": preset.model.id, "model_source": model_source},
         "engine_kwargs": preset.engine_kwargs(),
         "deployment_config": deployment_config(preset),
-        "runtime_env": {"env_vars": dict(preset.env)},
+        "runtime_env": {"env_vars": preset.engine_env()},
         "log_engine_metrics": True,
         # Ray Serve LLM batches stream chunks every 50 ms by default (ingress path).
         "experimental_configs": {

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from model_overrides.engine_status import WORKER_EXTENSION
+from model_overrides.spec_guard_config import GuardSettings
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 GPUS_PER_NODE = {"H200": 8, "B200": 8, "GB300": 4, "MI300X": 8, "MI355X": 8}
@@ -34,6 +35,11 @@ class ModelSpec(_Strict):
     source: str = Field(min_length=1, description="Hugging Face repo id or a local path")
     golden: bool = Field(False, description="generate the golden tiny DSV4 at `source` if missing")
     tokenizer_mode: str | None = "deepseek_v4"
+    golden_drafts: Literal["random", "families"] = Field(
+        "random",
+        description="golden model only: random (every draft right at draft_agreement 1.0) or "
+        "families (prompt families whose drafts are always, half, never right)",
+    )
     size_gb: float | None = Field(
         None, gt=0, description="weights on disk in GB (10^9 bytes): what the volume must hold"
     )
@@ -45,6 +51,11 @@ class Speculation(_Strict):
     draft_sample_method: Literal["greedy", "probabilistic"] | None = Field(
         None, description="vLLM's draft sampling (the DSpark recipes use probabilistic)"
     )
+    guard: GuardSettings = Field(
+        default_factory=GuardSettings,
+        description="off: static k; batch: vLLM's batch-size table; adaptive: k per step "
+        "from live acceptance and measured step cost (model_overrides/spec_guard.py)",
+    )
 
     @model_validator(mode="after")
     def _k_matches_method(self) -> Speculation:
@@ -54,6 +65,9 @@ class Speculation(_Strict):
             raise ValueError(f"method {self.method!r} needs num_speculative_tokens >= 1")
         if self.method == "none" and self.draft_sample_method:
             raise ValueError("draft_sample_method needs a speculative method")
+        if self.method == "none" and self.guard.mode != "off":
+            raise ValueError(f"guard mode {self.guard.mode!r} needs a speculative method")
+        self.guard.check_k(self.num_speculative_tokens)
         return self
 
     def vllm_config(self) -> dict[str, Any] | None:
@@ -65,6 +79,10 @@ class Speculation(_Strict):
         }
         if self.draft_sample_method:
             out["draft_sample_method"] = self.draft_sample_method
+        if self.guard.mode == "batch":
+            out["num_speculative_tokens_per_batch_size"] = [
+                list(entry) for entry in self.guard.batch_table or []
+            ]
         return out
 
 
@@ -160,6 +178,12 @@ class Monitoring(_Strict):
     draft_cost_ratio: float = Field(
         0.1, gt=0, lt=1, description="cost of one draft step relative to one target step"
     )
+    guard_off_alert_seconds: float = Field(
+        600,
+        gt=0,
+        description="the speculation guard keeping drafting off this long on every engine "
+        "of a model means its checkpoint or draft head needs attention (warning)",
+    )
 
     @model_validator(mode="after")
     def _floor_below_baseline(self) -> Monitoring:
@@ -220,6 +244,10 @@ class Preset(_Strict):
                 f"engine_args must not set {sorted(clash)}: use speculation/parallelism/model"
             )
         return self
+
+    def engine_env(self) -> dict[str, str]:
+        """The engine's environment: the preset's, and the guard's settings (adaptive)."""
+        return {**self.env, **self.speculation.guard.engine_env()}
 
     def engine_kwargs(self) -> dict[str, Any]:
         """The resolved vLLM engine arguments (what `dsv4-serve check` prints)."""

@@ -200,7 +200,7 @@ def environment(kind: str, setup: LocalSetup, base_env: Mapping[str, str] | None
         if setup.ray_metrics_interval_ms:
             env[RAY_REPORT_INTERVAL_ENV] = str(setup.ray_metrics_interval_ms)
     else:
-        env = {**setup.preset.env, **env}  # as `serve-vllm`: values already set win
+        env = {**setup.preset.engine_env(), **env}  # as `serve-vllm`: values already set win
     if isa:
         env[FORCE_ENV] = isa
     return env

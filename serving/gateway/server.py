@@ -14,8 +14,9 @@ from typing import Any
 
 from ray.serve.llm import LLMServer
 
+from serving.gateway import guard_metrics
 from serving.gateway.admission import EngineLiveness
-from serving.gateway.metrics import publish_engine_status
+from serving.gateway.metrics import REGISTRY, publish_engine_status
 from serving.gateway.routes import enabled_features
 from serving.gateway.stack import GatewayOptions, start_metrics_server, wrap_app
 
@@ -29,6 +30,8 @@ class Dsv4Server(LLMServer):
     async def __init__(self, llm_config: Any, *, gateway: dict | None = None, **kwargs: Any):
         self._gateway = GatewayOptions.model_validate(gateway or {})
         started = time.monotonic()
+        # Before the engine starts: its EngineCore inherits where to write the guard's state.
+        guard_metrics.register(REGISTRY, llm_config.model_id)
         await super().__init__(llm_config, **kwargs)
         logger.info("engine started in %.1fs", time.monotonic() - started)
         start_metrics_server(self._gateway)

@@ -203,6 +203,61 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Speculation guard",
+        [
+            Panel(
+                "Guard: draft tokens per step (k)",
+                "The k the speculation guard holds on each engine (probe steps aside), and the"
+                " largest it may pick. 0: drafting is off for this traffic.",
+                [
+                    (f"dsv4_spec_guard_k{{{MODEL}}}", "{{model_name}} {{engine_pid}} k"),
+                    (f"max by (model_name) (dsv4_spec_guard_k_max{{{MODEL}}})", "max k"),
+                ],
+            ),
+            Panel(
+                "Guard: acceptance it sees",
+                "The guard's own per-position acceptance estimate (seconds of memory, so it"
+                " moves before the 5m rate), beside the engines' 5m acceptance rate.",
+                [
+                    (
+                        f"dsv4_spec_guard_acceptance{{{MODEL}}}",
+                        "{{model_name}} {{engine_pid}} position {{position}}",
+                    ),
+                    (
+                        f"dsv4:spec_decode_acceptance_rate:ratio5m{{{MODEL}}}",
+                        "{{model_name}} acceptance (5m)",
+                    ),
+                ],
+                unit="percentunit",
+            ),
+            Panel(
+                "Guard decisions/s by reason",
+                "up / down: k changed; probe: a step drafting the most k while k is lower;"
+                " hold: k kept; calibrate: start-up steps that measure the step cost.",
+                [
+                    (
+                        "sum by (model_name, reason) "
+                        f"(rate(dsv4_spec_guard_decisions_total{{{MODEL}}}[5m]))",
+                        "{{model_name}} {{reason}}",
+                    )
+                ],
+            ),
+            Panel(
+                "Guard: drafting off for",
+                "How long every engine of the model has had drafting off, against the"
+                " preset's guard_off_alert_seconds (DSV4SpecGuardDraftingOff).",
+                [
+                    (
+                        f"dsv4:spec_guard_drafting_off_seconds:min{{{MODEL}}}",
+                        "{{model_name}}",
+                    ),
+                    (f"dsv4:threshold:guard_off_alert_seconds{{{MODEL}}}", "alert after"),
+                ],
+                unit="s",
+            ),
+        ],
+    ),
+    (
         "Latency",
         [
             _latency_panel("ttft", "Time to first token", "ttft_slo_seconds"),

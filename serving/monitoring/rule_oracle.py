@@ -344,6 +344,17 @@ class Expected:
         if rest == "serve_healthy_replicas:sum":
             gauges = self._instants(self._select("ray_serve_deployment_replica_healthy"))
             return _sum(gauges, ("namespace", "application", "deployment"))
+        if rest in ("spec_guard_drafting_off_seconds:min", "spec_guard_k:max"):
+            gauge, pick = (
+                ("dsv4_spec_guard_drafting_off_seconds", min)
+                if rest.endswith(":min")
+                else ("dsv4_spec_guard_k", max)
+            )
+            out = {}
+            for labels, g in self._instants(self._select(gauge)):
+                key = _key(labels, MODEL)
+                out[key] = pick(out[key], g) if key in out else g
+            return out
         raise KeyError(f"no independent expectation for the recording rule {name}")
 
     # alert expressions: (labels, value) of each series the expression returns
@@ -375,6 +386,10 @@ class Expected:
                 q = {_key(dict(k), MODEL): x for k, x in q.items() if ("quantile", "0.9") in k}
                 over.append({k: q[k] for k, b in _on(q, slo, lambda x, t: x > t).items() if b})
             return {k: x for k, x in over[0].items() if k in over[1]}
+        if name == "DSV4SpecGuardDraftingOff":
+            off = v("dsv4:spec_guard_drafting_off_seconds:min")
+            low = _on(off, v("dsv4:threshold:guard_off_alert_seconds"), lambda o, t: o > t)
+            return {k: off[k] for k, b in low.items() if b}
         if name == "DSV4NoReadyReplicas":
             return _where(v("dsv4:serve_healthy_replicas:sum"), lambda _, h: h == 0)
         if name == "DSV4EngineDown":

@@ -107,6 +107,15 @@ def input_series() -> list[dict]:
         series("dsv4_gateway_requests_total", {**gw, "status": "500"}, 30),
         series("dsv4_gateway_rejected_total", {**gw, "status": "429"}, 6),
     ]
+    # The speculation guard: flash's two engines, one drafting (k=2, off 0 s) and one
+    # off for 700 s; weak's only engine off for 900 s, past the default 600 s.
+    for labels, k, off in [
+        ({**FLASH, "engine_pid": "1"}, 2, 0),
+        ({**FLASH, "engine_pid": "2"}, 0, 700),
+        ({**WEAK, "engine_pid": "3"}, 0, 900),
+    ]:
+        s.append(constant("dsv4_spec_guard_k", labels, k))
+        s.append(constant("dsv4_spec_guard_drafting_off_seconds", labels, off))
     for deployment, healthy in [("LLMServer:flash", 1), ("LLMServer:weak", 0)]:
         labels = {"application": "dsv4", "deployment": deployment, "replica": "x"}
         s.append(constant("ray_serve_deployment_replica_healthy", labels, healthy))
@@ -180,6 +189,10 @@ def recording_tests() -> list[dict]:
         expect("dsv4:threshold:ttft_slo_seconds", (f, 2.0), (w, 2.0)),
         expect("dsv4:threshold:tpot_slo_seconds", (f, 0.1), (w, 0.1)),
         expect("dsv4:threshold:draft_cost_ratio", (f, 0.05), (w, 0.1)),
+        expect("dsv4:threshold:guard_off_alert_seconds", (f, 600), (w, 600)),
+        # The guard: off on every engine is the least off-time of the model's engines.
+        expect("dsv4:spec_guard_drafting_off_seconds:min", (f, 0), (w, 900)),
+        expect("dsv4:spec_guard_k:max", (f, 2), (w, 0)),
         expect("dsv4:requests_running:sum", (f, 8), (w, 1)),
         expect("dsv4:requests_waiting:sum", (f, 4), (w, 390)),
         per_replica("dsv4:requests_running:replica_sum", 4, 4, 1),
@@ -235,8 +248,9 @@ ALERTS = {r["alert"]: r for g in rule_groups()["groups"] for r in g["rules"] if 
 
 
 def _render(template: str, labels: dict[str, str], value: float) -> str:
-    """The two template forms the rules use, rendered as Prometheus does."""
+    """The template forms the rules use, rendered as Prometheus does."""
     text = template.replace("{{ $value | humanizePercentage }}", f"{value * 100:.4g}%")
+    text = text.replace("{{ $value }}", f"{value:g}")
     for key, val in labels.items():
         text = text.replace(f"{{{{ $labels.{key} }}}}", val)
     return text
@@ -280,6 +294,8 @@ def alert_tests() -> list[dict]:
         alert("DSV4TTFTSLOBurnSlow", "390m", (_sev(f, "warning"), 2.35)),
         alert("DSV4TPOTSLOBurnFast", "390m"),  # p90 0.095 s: inside both SLOs
         alert("DSV4TPOTSLOBurnSlow", "390m"),
+        # flash has one engine still drafting: the guard is not off "on every engine".
+        alert("DSV4SpecGuardDraftingOff", "390m", (_sev(w, "warning"), 900)),
         alert("DSV4NoReadyReplicas", "390m", (_sev(weak_llm, "critical"), 0)),
         alert(
             "DSV4EngineDown", "116m", (_sev({"namespace": NS, "model_name": "gone"}, "critical"), 1)

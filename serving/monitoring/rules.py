@@ -241,6 +241,17 @@ def _slo_burn(short: str, label: str) -> list[dict[str, Any]]:
     ]
 
 
+def _guard() -> list[dict[str, Any]]:
+    # Gauges of the speculation guard (serving/gateway/guard_metrics.py), one per engine.
+    return [
+        record(
+            "dsv4:spec_guard_drafting_off_seconds:min",
+            f"min by ({BY_MODEL}) (dsv4_spec_guard_drafting_off_seconds)",
+        ),
+        record("dsv4:spec_guard_k:max", f"max by ({BY_MODEL}) (dsv4_spec_guard_k)"),
+    ]
+
+
 def _alerts() -> list[dict[str, Any]]:
     collapse_advice = (
         "Draft tokens are being rejected: a broken MTP head or an HC-state bug does not crash,"
@@ -302,6 +313,20 @@ def _alerts() -> list[dict[str, Any]]:
             " than without speculation. Lower num_speculative_tokens (k) or turn speculation off"
             " for this traffic; if acceptance also collapsed, see DSV4MTPAcceptanceCollapse.",
         ),
+        alert(
+            "DSV4SpecGuardDraftingOff",
+            f"dsv4:spec_guard_drafting_off_seconds:min > on ({BY_MODEL})"
+            " dsv4:threshold:guard_off_alert_seconds",
+            "1m",
+            "warning",
+            "The speculation guard of {{ $labels.model_name }} has kept drafting off for"
+            " {{ $value }} s on every engine",
+            "The guard turned drafting off because drafts are not accepted often enough to"
+            " pay for themselves, and its probe steps have not seen acceptance return. The"
+            " service is as fast as without speculation, but the draft head or the"
+            " checkpoint conversion is likely broken (see DSV4MTPAcceptanceCollapse's"
+            " advice). The dashboard's guard row shows k beside acceptance.",
+        ),
         *_slo_burn("ttft", "time to first token"),
         *_slo_burn("tpot", "time per output token"),
         alert(
@@ -359,7 +384,7 @@ def rule_groups() -> dict[str, Any]:
     """The rules file (Prometheus ``rule_files`` format; the chart wraps it in a PrometheusRule)."""
     return {
         "groups": [
-            {"name": "dsv4-speculative-decoding", "rules": _spec_decode()},
+            {"name": "dsv4-speculative-decoding", "rules": [*_spec_decode(), *_guard()]},
             {"name": "dsv4-latency-load", "rules": [*_latency(), *_load()]},
             {"name": "dsv4-alerts", "rules": _alerts()},
         ]
