@@ -12,7 +12,8 @@ a time-decayed estimate from the engine's own spec-decode counts. ``c0, cN, cD``
 fitted online by least squares on this engine's measured step times, with start-up
 calibration steps cycling k so that the draft cost is identifiable. A switch needs a
 margin (hysteresis) held for a few steps and a dwell time; while k < K a probe step now
-and then drafts K so the estimate stays live and the guard recovers.
+and then (``probe_interval_s`` and ``probe_min_steps`` apart) drafts K so the estimate
+stays live and the guard recovers.
 """
 
 from __future__ import annotations
@@ -102,17 +103,19 @@ class PositionAcceptance:
 
 @dataclass
 class StepCost:
-    """``T = c0 + cP * prefill_tokens + cB * requests + cK * requests * k``, least squares
-    on measured steps. A decode request's verify tokens and its drafts both scale with
-    ``requests * k``, so that one column carries the whole price of a draft."""
+    """``T = c0 + cP * prefill + cB * requests + cV * requests * verified + cD * requests * k``,
+    least squares on measured steps. A step checks the drafts the step before proposed
+    (``verified``) and proposes ``k``, so both are columns: with one only, a cycle of k
+    values would charge one step's drafts to the next. In steady state ``verified = k``
+    and a draft costs ``cV + cD`` per request."""
 
     samples: dict[int, deque] = field(default_factory=dict)
-    coef: tuple[float, float, float, float] | None = None
+    coef: tuple[float, ...] | None = None
     since_fit: int = 0
 
-    def add(self, prefill_tokens: int, requests: int, k: int, seconds: float) -> None:
+    def add(self, prefill: int, requests: int, verified: int, k: int, seconds: float) -> None:
         self.samples.setdefault(k, deque(maxlen=COST_WINDOW)).append(
-            (prefill_tokens, requests, requests * k, seconds)
+            (prefill, requests, requests * verified, requests * k, seconds)
         )
         self.since_fit += 1
         if self.coef is None or self.since_fit >= REFIT_EVERY:
@@ -121,24 +124,26 @@ class StepCost:
     def fit(self) -> None:
         rows = [s for d in self.samples.values() for s in d]
         self.since_fit = 0
-        if len(rows) < 4:
+        if len(rows) < 6:
             return
-        a = np.array([[1.0, p, b, d] for p, b, d, _ in rows])
-        y = np.array([s for *_, s in rows])
+        a = np.array([[1.0, *r[:4]] for r in rows])
+        y = np.array([r[4] for r in rows])
         # A little ridge: with one batch size (or no prefill) seen, a column is
-        # collinear with the constant; the prediction along the data stays right.
+        # collinear with another; the prediction along the data stays right.
         scale = np.maximum(np.abs(a).max(axis=0), 1e-9)
         an = a / scale
         lam = 1e-3 * len(rows)
-        coef = np.linalg.solve(an.T @ an + lam * np.eye(4), an.T @ y) / scale
-        c0, cp, cb, ck = (float(max(c, 0.0)) for c in coef)
-        self.coef = (c0, cp, cb, ck)
+        self.coef = tuple(
+            float(c) for c in np.linalg.solve(an.T @ an + lam * np.eye(5), an.T @ y) / scale
+        )
 
-    def seconds(self, prefill_tokens: int, requests: int, k: int) -> float | None:
+    def seconds(self, prefill: int, requests: int, k: int) -> float | None:
         if self.coef is None:
             return None
-        c0, cp, cb, ck = self.coef
-        return c0 + cp * prefill_tokens + cb * requests + ck * requests * k
+        c0, cp, cb, cv, cd = self.coef
+        # Costs cannot be negative; a fit on few steps can say so.
+        fixed = max(c0 + cp * prefill + cb * requests, 1e-6)
+        return fixed + max(cv + cd, 0.0) * requests * k
 
 
 def expected_tokens(alphas: list[float], requests: int, k: int) -> float:
@@ -169,6 +174,7 @@ class AdaptiveK:
         self.steps = 0
         self.last_switch = -math.inf
         self.last_probe = -math.inf
+        self.last_probe_step = -(10**9)
         self.pending: int | None = None
         self.pending_steps = 0
         self.off_since: float | None = None  # when k last went to 0 (None: drafting)
@@ -177,10 +183,13 @@ class AdaptiveK:
         self.last_k = k_max
 
     def _calibration_k(self) -> int | None:
+        """K, K, K-1, K-1, ..., 0, 0, repeated: each k held two steps, so the second
+        step of a pair verifies what it proposes."""
         per_k = self.settings.calibration_steps
-        if self.steps >= per_k * (self.k_max + 1):
+        cycle = 2 * (self.k_max + 1)
+        if self.steps >= per_k * cycle // 2:
             return None
-        return self.k_max - self.steps % (self.k_max + 1)
+        return self.k_max - (self.steps % cycle) // 2
 
     def rate(self, alphas: list[float], requests: int, k: int) -> float | None:
         seconds = self.cost.seconds(self.prefill_tokens, requests, k)
@@ -230,10 +239,14 @@ class AdaptiveK:
             self.k, self.last_switch = self.pending, now
             self.pending, self.pending_steps = None, 0
             self.off_since = now if self.k == 0 else None
-            self.last_probe = now
+            self.last_probe, self.last_probe_step = now, self.steps
             return Decision(self.k, reason)
-        if self.k < self.k_max and now - self.last_probe >= s.probe_interval_s:
-            self.last_probe = now
+        if (
+            self.k < self.k_max
+            and now - self.last_probe >= s.probe_interval_s
+            and self.steps - self.last_probe_step >= s.probe_min_steps
+        ):
+            self.last_probe, self.last_probe_step = now, self.steps
             return Decision(self.k_max, "probe")
         return Decision(self.k, "hold")
 
@@ -248,7 +261,7 @@ class AdaptiveK:
         if requests <= 0 or seconds <= 0:
             return
         self.prefill_tokens = max(tokens - requests * (1 + verified_k), 0)
-        self.cost.add(self.prefill_tokens, requests, k, seconds)
+        self.cost.add(self.prefill_tokens, requests, verified_k, k, seconds)
 
     def state(self, now: float) -> dict:
         """What the engine publishes (model_overrides/patches/spec_guard.py writes it)."""

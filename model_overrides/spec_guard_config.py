@@ -38,6 +38,13 @@ class GuardSettings(BaseModel):
         le=60,
         description="while k < max, one step this often drafts max k to keep measuring",
     )
+    probe_min_steps: int = Field(
+        24,
+        ge=1,
+        le=100000,
+        description="and at least this many steps apart: a probe's drafts cost most where "
+        "steps are slow (a large batch on a CPU)",
+    )
     hysteresis: float = Field(
         0.02, ge=0, le=1, description="a new k must beat the current one by this share"
     )
@@ -65,6 +72,10 @@ class GuardSettings(BaseModel):
             first = sorted(self.batch_table)[0][0]
             if first != 1:
                 raise ValueError("batch_table must start at batch size 1 (vLLM's rule)")
+            ranges = sorted(self.batch_table)
+            for (_, hi, _), (lo, _, _) in zip(ranges, ranges[1:], strict=False):
+                if lo <= hi:
+                    raise ValueError(f"batch_table ranges overlap at batch size {lo}")
             for lo, hi, k in self.batch_table:
                 if not (1 <= lo <= hi) or k < 0:
                     raise ValueError(
@@ -94,7 +105,8 @@ class GuardSettings(BaseModel):
             return f"script (k per step {self.script})"
         return (
             f"adaptive (acceptance over tau {self.tau_s} s, probe every "
-            f"{self.probe_interval_s} s, switch on a {self.hysteresis:.0%} gain held "
+            f"{self.probe_interval_s} s and {self.probe_min_steps} steps, switch on a "
+            f"{self.hysteresis:.0%} gain held "
             f"{self.confirm_steps} steps, dwell {self.min_dwell_s} s)"
         )
 

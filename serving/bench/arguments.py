@@ -88,6 +88,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-words", type=positive_int, default=8)
     parser.add_argument("--dataset", choices=["synthetic", "chat"], default="synthetic")
     parser.add_argument(
+        "--workloads",
+        nargs="+",
+        default=[],
+        choices=["high", "half", "zero", "mixed"],
+        help="designed-acceptance workloads on the golden families checkpoint (drafts always, "
+        "half, never right; mixed: high and zero in turn), one run each over the same local "
+        "targets, e.g. --local vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard (the guard bench)",
+    )
+    parser.add_argument(
+        "--switch-requests",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="with --workloads: then N requests, high, zero, high in order, on each target, "
+        "with throughput and the guard's k over time (0: no switch run)",
+    )
+    parser.add_argument(
+        "--switch-concurrency", type=positive_int, default=8, help="the switch run's concurrency"
+    )
+    parser.add_argument(
         "--cold-starts",
         type=int,
         default=0,

@@ -16,7 +16,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from serving.bench import local, report
+from serving.bench import guard_bench, local, report, workloads
 from serving.bench.load import Target
 from serving.bench.machine import client_machine
 from serving.bench.prompts import synthetic_prompts
@@ -52,14 +52,19 @@ def parse_target(spec: str, api_key: str) -> Target:
     return Target(name, base, extra.get("model", SERVED_MODEL_NAME), extra.get("metrics"), api_key)
 
 
+# The guard bench's checkpoint: the golden families (serving/bench/workloads.py).
+FAMILIES_SETS = ("model.golden_drafts=families", "model.source=.cache/models/golden-families")
+
+
 def bench_setup(args: argparse.Namespace) -> LocalSetup | None:
     """The local targets' preset with the bench's overrides; every kind checked."""
     if not args.local:
         return None
+    sets = [*FAMILIES_SETS, *args.set] if args.workloads else args.set
     try:
         setup = local_setup(
             args.preset,
-            args.set,
+            sets,
             engines=len(args.local),
             kv_cache_gib=args.kv_cache_gib,
             ray_metrics_interval_ms=args.ray_metrics_interval_ms or None,
@@ -100,6 +105,28 @@ def _ensure_model(setup: LocalSetup) -> None:
         _progress(f"golden model at {setup.model_dir} ({time.monotonic() - started:.1f} s)")
 
 
+def check_workloads(args: argparse.Namespace, setup: LocalSetup | None) -> None:
+    if not args.workloads:
+        if args.switch_requests:
+            raise BenchError("--switch-requests needs --workloads")
+        return
+    if args.target or setup is None or not setup.preset.model.golden:
+        raise BenchError(
+            "--workloads needs local targets on a golden preset: their acceptance is designed "
+            "into the golden families checkpoint, not into a real model's"
+        )
+    k = setup.preset.speculation.num_speculative_tokens
+    if args.max_tokens > workloads.max_tokens_allowed(k):
+        raise BenchError(
+            f"--max-tokens {args.max_tokens}: the workloads' walks stay in their family for "
+            f"{workloads.max_tokens_allowed(k)} tokens at k={k}"
+        )
+    if args.dataset != "synthetic":
+        raise BenchError("--workloads brings its own prompts: drop --dataset")
+    if args.switch_requests and args.switch_requests < 3 * args.switch_concurrency:
+        raise BenchError("--switch-requests must be at least 3x --switch-concurrency")
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     api_key = os.environ.get(args.api_key_env, "none")
@@ -110,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise BenchError(f"target names must be unique, got {names}")
     setup = bench_setup(args)
+    check_workloads(args, setup)
     plan = bench_plan(args)
     deadline = started + args.budget_s - STOP_RESERVE_S if args.budget_s else None
     out = Path(args.out)
@@ -139,11 +167,29 @@ def run(args: argparse.Namespace) -> int:
                 logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dsv4-bench-")))
             try:
                 if setup:
+                    if args.workloads:  # the guard target logs its decisions here
+                        os.environ[guard_bench.LOG_ENV] = str(guard_bench.log_path(logs))
                     _start_local(args, setup, logs, meta, targets, stack, deadline)
                     report.write({**bench.result(), **meta}, out, plots_too=False)
                 bench.on_round = lambda result: report.write(
                     {**result, **meta}, out, plots_too=False
                 )
+                if targets and args.workloads:
+                    guard_report = guard_bench.run_all(
+                        targets,
+                        args,
+                        plan,
+                        setup.preset.speculation.num_speculative_tokens,
+                        guard_bench.log_path(logs),
+                        _progress,
+                        deadline,
+                    )
+                    guard_report |= {**meta, "wall_seconds": time.monotonic() - started}
+                    for path in guard_bench.write(guard_report, out):
+                        _progress(f"wrote {path}")
+                    print(guard_bench.markdown(guard_report))
+                    met = guard_report["targets_met"]
+                    return 1 if met["wrong_text"] or meta["start_errors"] else 0
                 if targets:
                     bench.run()
                 else:

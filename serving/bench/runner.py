@@ -33,6 +33,8 @@ class BenchPlan:
     chat: bool = False
     warmup_requests: int = 2
     requests_per_stream: int = 0  # each level sends at least this many per concurrent stream
+    # The known greedy text of a prompt (the golden model's), to count wrong outputs.
+    expected: Callable[[str], str] | None = None
 
     def requests_at(self, concurrency: int) -> int:
         """Requests per round at ``concurrency``: a level of 128 streams needs more than
@@ -57,6 +59,7 @@ class _Cell:
     wall: float = 0.0
     rounds: int = 0
     spec: list[dict] = field(default_factory=list)
+    wrong_text: int = 0
 
 
 def _progress(message: str) -> None:
@@ -137,6 +140,11 @@ class BenchRun:
         cell.outputs += outputs
         cell.wall += wall
         cell.rounds += 1
+        if plan.expected:
+            cell.wrong_text += sum(
+                o.success and o.generated_text != plan.expected(p)
+                for p, o in zip(prompts, outputs, strict=True)
+            )
         self.done += 1
         tokens = sum(o.output_tokens for o in outputs if o.success)
         failed = sum(not o.success for o in outputs)
@@ -177,6 +185,8 @@ class BenchRun:
                 rounds=cell.rounds,
                 spec_decode=_merge_spec(cell.spec),
             )
+            if self.plan.expected:
+                summary["wrong_text"] = cell.wrong_text
             levels.append(summary)
         plan = self.plan.summary()
         plan["cells"] = {"total": self.total_cells, "done": self.done, "skipped": self.skipped}

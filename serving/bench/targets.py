@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from model_overrides.kernel_library import FORCE_ENV, LIBRARIES
+from model_overrides.spec_guard_config import GUARD_ENV, GuardSettings
 from serving.build_args import BuildArgs, resolve
 from serving.golden_engine import mtp_config, to_cli_args
 from serving.llm_config import resolve_model_source
@@ -58,6 +59,19 @@ RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     ),
 }
 _VLLM_KIND = re.compile(r"vllm-k([0-8])")
+# vLLM's server at the preset's k with a speculation guard: vLLM's batch-size table, or
+# ours (model_overrides/spec_guard.py). Either takes the preset's own guard settings when
+# they are of that mode, else these defaults.
+GUARD_KINDS = ("vllm-batch", "vllm-guard")
+
+
+# A table as a user would write it from the published DSV4 figures (MTP +75% at
+# concurrency 1, -37% at 32 on MI355X, vllm#43385): full k up to batch 8, one draft to
+# 16, none above.
+def default_batch_table(k: int) -> list[tuple[int, int, int]]:
+    return [(1, 8, k), (9, 16, min(1, k)), (17, 1 << 16, 0)]
+
+
 # Ray's metrics export cadence (ms); Ray floors it at 1 s.
 RAY_REPORT_INTERVAL_ENV = "RAY_metrics_report_interval_ms"
 
@@ -164,9 +178,11 @@ def split_kind(kind: str) -> tuple[str, str]:
 
 def check_kind(kind: str, setup: LocalSetup) -> None:
     base, isa = split_kind(kind)
-    if not (_VLLM_KIND.fullmatch(base) or base in RAY_APP_VARIANTS):
-        known = ", ".join(RAY_APP_VARIANTS)
+    if not (_VLLM_KIND.fullmatch(base) or base in RAY_APP_VARIANTS or base in GUARD_KINDS):
+        known = ", ".join([*GUARD_KINDS, *RAY_APP_VARIANTS])
         raise ValueError(f"unknown local target {kind!r}: use vllm-k0..vllm-k8, {known}")
+    if base in GUARD_KINDS and not setup.preset.speculation.num_speculative_tokens:
+        raise ValueError(f"{kind!r} needs a preset with speculation (num_speculative_tokens)")
     if isa and setup.on_gpu:
         raise ValueError(
             f"{kind!r}: a CPU kernel library (@{isa}) on the {setup.preset.name} preset, "
@@ -176,14 +192,39 @@ def check_kind(kind: str, setup: LocalSetup) -> None:
         raise ValueError(f"unknown kernel library {isa!r} in {kind!r}: use {', '.join(LIBRARIES)}")
 
 
-def vllm_kwargs(setup: LocalSetup, k: int) -> dict:
-    """The preset's engine arguments with MTP k (what `serve-vllm` passes for cpu-tiny)."""
+def vllm_kwargs(setup: LocalSetup, k: int, batch_table: object = None) -> dict:
+    """The preset's engine arguments with MTP k (what `serve-vllm` passes for cpu-tiny),
+    and vLLM's batch-size table when given."""
     kwargs = setup.preset.engine_kwargs()
     kwargs.pop("speculative_config", None)
     kwargs.update(model=setup.model_dir, served_model_name=setup.preset.model.id)
     if spec := mtp_config(k):
+        if batch_table:
+            spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in batch_table]
         kwargs["speculative_config"] = spec
     return kwargs
+
+
+def guard_settings(kind: str, setup: LocalSetup) -> GuardSettings:
+    """The guard a guard kind runs: the preset's when it is of that mode."""
+    want = "batch" if split_kind(kind)[0] == "vllm-batch" else "adaptive"
+    own = setup.preset.speculation.guard
+    if own.mode == want:
+        return own
+    if want == "batch":
+        k = setup.preset.speculation.num_speculative_tokens
+        return GuardSettings(mode="batch", batch_table=default_batch_table(k))
+    return GuardSettings(mode="adaptive")
+
+
+def _vllm_command(kind: str, setup: LocalSetup, python: str) -> list[str]:
+    base, _ = split_kind(kind)
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server"]
+    if match := _VLLM_KIND.fullmatch(base):
+        return cmd + to_cli_args(vllm_kwargs(setup, int(match.group(1))))
+    k = setup.preset.speculation.num_speculative_tokens
+    table = guard_settings(kind, setup).batch_table if base == "vllm-batch" else None
+    return cmd + to_cli_args(vllm_kwargs(setup, k, table))
 
 
 def environment(kind: str, setup: LocalSetup, base_env: Mapping[str, str] | None = None) -> dict:
@@ -201,6 +242,9 @@ def environment(kind: str, setup: LocalSetup, base_env: Mapping[str, str] | None
             env[RAY_REPORT_INTERVAL_ENV] = str(setup.ray_metrics_interval_ms)
     else:
         env = {**setup.preset.engine_env(), **env}  # as `serve-vllm`: values already set win
+        env.pop(GUARD_ENV, None)  # a static-k or table target runs without our guard
+        if base == "vllm-guard":
+            env |= guard_settings(kind, setup).engine_env()
     if isa:
         env[FORCE_ENV] = isa
     return env
@@ -234,9 +278,8 @@ def local_specs(
     for kind in kinds:
         base, _ = split_kind(kind)
         port = next(ports)
-        if match := _VLLM_KIND.fullmatch(base):
-            cmd = [python, "-m", "vllm.entrypoints.openai.api_server"]
-            cmd += to_cli_args(vllm_kwargs(setup, int(match.group(1))))
+        if base not in RAY_APP_VARIANTS:
+            cmd = _vllm_command(kind, setup, python)
             cmd += ["--host", "127.0.0.1", "--port", str(port)]
             metrics, ray_app, settle = f"http://127.0.0.1:{port}/metrics", False, (0.5, 10.0)
         else:

@@ -6,11 +6,13 @@
 #                                # (tests/gpu/serve_smoke.py) and the FP8 variants
 #                                # (tests/gpu/fp8_variants.py): suite/smoke/fp8.tgz, test-gpu.log
 #   tests/gpu/on-h200.sh bench   # docs/bench-gpu: vLLM's server at k=0..3 and the Ray app
+#   tests/gpu/on-h200.sh guard   # docs/bench-guard-gpu: static k, vLLM's batch table and the
+#                                # speculation guard on the designed-acceptance workloads
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
 # specific to the lent machine but the kit's environment file.
 set -u -o pipefail
-step=${1:?usage: on-h200.sh suite|bench}
+step=${1:?usage: on-h200.sh suite|bench|guard}
 OUT=${OUT:?set OUT}
 if [ -f /tmp/site/gpu-kit.env ]; then . /tmp/site/gpu-kit.env; fi
 export PYTHONUNBUFFERED=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
@@ -76,6 +78,20 @@ bench)
     cp "$work/bench.log" "$work/bench-gpu/" 2>/dev/null
     tar czf "$OUT/bench-gpu.tgz" -C "$work" bench-gpu
     echo "bench exit $rc"
+    ;;
+guard)
+    rm -rf "$work/bench-guard-gpu"
+    timeout "${BENCH_TIMEOUT:-540}" python3 -m serving.cli bench --preset gpu-golden \
+        --local vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard --start staggered \
+        --workloads high half zero mixed --concurrency 1 8 64 --requests 16 \
+        --requests-per-stream 2 --rounds "${BENCH_ROUNDS:-1}" --max-tokens 64 \
+        --switch-requests "${SWITCH_REQUESTS:-384}" --switch-concurrency 16 \
+        --budget-s "${BENCH_BUDGET:-500}" --logs "$work/bench-guard-gpu/logs" \
+        --out "$work/bench-guard-gpu" 2>&1 | tee "$work/guard.log"
+    rc=${PIPESTATUS[0]}
+    cp "$work/guard.log" "$work/bench-guard-gpu/" 2>/dev/null
+    tar czf "$OUT/bench-guard-gpu.tgz" -C "$work" bench-guard-gpu
+    echo "guard bench exit $rc"
     ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac

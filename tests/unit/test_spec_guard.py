@@ -34,7 +34,8 @@ CPU_LIKE = cost(0.03, 0.002, 0.001)  # the golden model on the CPU: a fixed step
 class SimulatedEngine:
     """One step: decide k, verify the drafts the step before proposed (each request
     accepts the leading run of positions that succeed with the true acceptance), take
-    the step's time, report it. The clock is the simulated one."""
+    the step's time (verifying and proposing both cost), report it. The clock is the
+    simulated one."""
 
     def __init__(self, guard: AdaptiveK, step_time: Callable[[int, int], float], seed: int = 0):
         self.guard, self.step_time = guard, step_time
@@ -55,7 +56,9 @@ class SimulatedEngine:
                     accepted += 1
                 self.tokens += accepted + 1
                 self.guard.observe_draft(verified, accepted, self.now)
-            took = self.step_time(requests, decision.k)
+            # Half a draft's price is checking it (this step, the last step's drafts),
+            # half proposing it (this step's k): the guard must tell the two apart.
+            took = self.step_time(requests, (verified + decision.k) / 2)
             self.now += took
             self.guard.observe_step(requests * (1 + verified), requests, verified, decision.k, took)
             self.proposed = decision.k
@@ -109,9 +112,15 @@ def test_acceptance_collapse_turns_drafting_off_within_seconds_and_probes_it():
     off = sim.first_time(5, 0)
     assert off is not None and off - 5 < 3.0, sim.trace[-40:]  # the issue's target: 5 s
     assert set(sim.held_k(off)) == {0}  # and it stays off: no flapping
-    probes = [t for t, _, reason in sim.trace if t >= off and reason == "probe"]
-    # One probe step about every probe_interval_s keeps the estimate live.
-    assert len(probes) == pytest.approx((15 - off) / ADAPTIVE.probe_interval_s, abs=2)
+    probes = [(i, t) for i, (t, _, r) in enumerate(sim.trace) if t >= off and r == "probe"]
+    # Probe steps keep the estimate live: never closer than probe_interval_s and
+    # probe_min_steps, and no further apart than the larger of the two allows.
+    assert len(probes) > 5
+    step_s = (sim.trace[-1][0] - sim.trace[0][0]) / (len(sim.trace) - 1)
+    most = max(ADAPTIVE.probe_interval_s, (ADAPTIVE.probe_min_steps + 2) * step_s)
+    for (i, t), (j, u) in zip(probes, probes[1:], strict=False):
+        assert ADAPTIVE.probe_interval_s <= u - t <= most + step_s
+        assert j - i >= ADAPTIVE.probe_min_steps
 
 
 def test_acceptance_returning_brings_full_k_back_within_five_seconds():
@@ -159,7 +168,8 @@ def test_near_break_even_the_guard_does_not_flap_or_lose():
         other = engine(step_time, static(k))
         other.run(60, 1, [0.37, 0.37])
         best = max(best, other.tokens / other.now)
-    assert sim.tokens / sim.now >= 0.97 * best
+    # Near break-even the margin is the hysteresis plus the probe steps' cost.
+    assert sim.tokens / sim.now >= 0.95 * best
 
 
 def test_the_guard_beats_every_static_k_on_mixed_phases():

@@ -1,0 +1,207 @@
+"""The guard bench's workloads, arguments, local targets and figures (nothing started:
+the bench itself runs in docs/bench-guard and on the H200, docs/bench-guard-gpu)."""
+
+import json
+
+import pytest
+
+from model_overrides.spec_guard_config import GUARD_ENV
+from serving.bench import guard_bench, workloads
+from serving.bench.command import BenchError, bench_setup, check_workloads
+from serving.bench.targets import environment, local_specs
+from serving.cli import build_parser
+from serving.golden import GoldenDesign
+
+DESIGN = GoldenDesign(draft_pattern="families")
+
+
+def test_each_workloads_prompts_walk_in_their_family_with_a_known_text():
+    span = workloads.max_tokens_allowed(2)
+    assert span == DESIGN.family_span(offset=4, k=2) >= 64
+    for name, families in [("high", {"high"}), ("zero", {"zero"}), ("half", {"half"})]:
+        prompts = workloads.workload_prompts(name, 40)
+        assert {workloads.family_of(p) for p in prompts} == families
+        assert len(set(prompts)) == 20  # 5 start points x 4 lengths
+        for p in prompts:
+            text = workloads.expected_text(p, span)
+            ids = DESIGN.token_ids(text)
+            # The whole walk stays inside the family's arc (designed drafts only).
+            assert set(ids) <= set(DESIGN.family_arc(name))
+            assert text == DESIGN.continuation(p, span)
+    mixed = workloads.workload_prompts("mixed", 6)
+    assert [workloads.family_of(p) for p in mixed] == ["high", "zero"] * 3
+    switch = [workloads.family_of(p) for p in workloads.workload_prompts("switch", 10)]
+    assert switch == ["high"] * 3 + ["zero"] * 3 + ["high"] * 4
+
+
+def args_of(*argv: str):
+    return build_parser().parse_args(["bench", *argv])
+
+
+WORKLOADS = ["--local", "vllm-k0", "vllm-batch", "vllm-guard", "--workloads", "zero"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--target", "x=http://h:1", "--workloads", "zero"], "local targets on a golden"),
+        ([*WORKLOADS, "--max-tokens", "80"], "stay in their family for 66"),
+        (["--local", "vllm-k2", "--switch-requests", "9"], "needs --workloads"),
+        ([*WORKLOADS, "--dataset", "chat"], "drop --dataset"),
+        ([*WORKLOADS, "--switch-requests", "10", "--switch-concurrency", "8"], "at least 3x"),
+        (
+            [
+                "--local",
+                "vllm-guard",
+                "--set",
+                "speculation={method: none, num_speculative_tokens: 0}",
+            ],
+            "vllm-guard.*needs a preset with speculation",
+        ),
+    ],
+)
+def test_bad_guard_bench_arguments_are_named(argv, message):
+    args = args_of(*argv)
+    with pytest.raises(BenchError, match=message):
+        check_workloads(args, bench_setup(args))
+
+
+def test_the_guard_bench_targets_differ_only_in_their_guard():
+    args = args_of(*WORKLOADS, "--set", "speculation.guard.mode=adaptive")
+    setup = bench_setup(args)
+    assert setup.preset.model.golden_drafts == "families"
+    assert setup.model_dir.endswith("golden-families")
+    specs = {s.kind: s for s in local_specs(args.local, setup)}
+    batch_cmd = specs["vllm-batch"].command
+    spec = json.loads(batch_cmd[batch_cmd.index("--speculative-config") + 1])
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 8, 2], [9, 16, 1], [17, 65536, 0]]
+    guard_cmd = specs["vllm-guard"].command
+    assert (
+        "num_speculative_tokens_per_batch_size"
+        not in guard_cmd[guard_cmd.index("--speculative-config") + 1]
+    )
+    assert json.loads(specs["vllm-guard"].env[GUARD_ENV])["mode"] == "adaptive"
+    # The preset asked for the guard; the static and table targets run without it.
+    assert GUARD_ENV not in specs["vllm-k0"].env and GUARD_ENV not in specs["vllm-batch"].env
+    assert GUARD_ENV in environment("vllm-guard", setup, base_env={})
+
+
+def level(target: str, concurrency: int, tps: float) -> dict:
+    return {
+        "target": target,
+        "concurrency": concurrency,
+        "output_tokens_per_s": tps,
+        "failed": 0,
+        "wrong_text": 0,
+        "spec_decode": None,
+    }
+
+
+def test_the_guard_is_judged_against_the_best_static_k_of_each_cell():
+    results = {
+        "zero": {
+            "levels": [
+                level("vllm-k0", 8, 100),
+                level("vllm-k2", 8, 60),
+                level("vllm-batch", 8, 60),
+                level("vllm-guard", 8, 98),
+            ]
+        },
+        "high": {
+            "levels": [
+                level("vllm-k0", 8, 100),
+                level("vllm-k2", 8, 200),
+                level("vllm-batch", 8, 200),
+                level("vllm-guard", 8, 190),
+            ]
+        },
+    }
+    cells = guard_bench.analyse(results)
+    zero, high = cells
+    assert zero["best_static"] == "vllm-k0" and zero["guard_vs_best_static"] == 0.98
+    assert high["best_static"] == "vllm-k2" and high["guard_vs_best_static"] == 0.95
+    assert zero["k2_vs_k0"] == 0.6
+    met = guard_bench.targets_met(cells, None)
+    assert met["guard_vs_best_static_min"] == 0.95 and not met["best_static_met"]
+    assert met["guard_vs_batch_table_min"] == 0.95 and not met["batch_table_met"]
+
+
+def request(family: str, start: float, end: float, tokens: int = 4) -> dict:
+    return {
+        "family": family,
+        "start": start,
+        "end": end,
+        "ttft": 0.1,
+        "itl": [0.1] * (tokens - 1),
+        "output_tokens": tokens,
+        "ok": True,
+    }
+
+
+def test_switch_figures_time_the_guard_from_the_traffic_change():
+    run = {
+        "began": 100.0,
+        "wall_seconds": 30.0,
+        "requests": [request("high", 100 + i, 102 + i) for i in range(3)]
+        + [request("zero", 104 + i, 106 + i) for i in range(3)]
+        + [request("high", 110 + i, 112 + i) for i in range(3)],
+    }
+    decisions = [
+        {"t": 100.5, "k": 2, "reason": "calibrate"},
+        {"t": 105.0, "k": 2, "reason": "probe"},
+        {"t": 106.5, "k": 0, "reason": "down"},
+        {"t": 107.0, "k": 2, "reason": "probe"},
+        {"t": 111.0, "k": 2, "reason": "up"},
+        {"t": 200.0, "k": 0, "reason": "down"},  # another run's
+    ]
+    fig = guard_bench.switch_figures(run, decisions, 2)
+    assert fig["to_k0_from_first_zero_request_s"] == 2.5  # 104 -> 106.5
+    assert fig["to_k0_from_only_zero_in_flight_s"] == 2.5  # last high ended at 104
+    assert fig["to_full_k_from_first_high_request_s"] == 1.0  # 110 -> 111, not the probe
+    assert len(fig["k_over_time"]) == 5
+    met = guard_bench.targets_met([], {"figures": {"vllm-guard": fig}})
+    assert met["switch_met"]
+
+
+def test_the_timeline_counts_every_token_once():
+    run = {"began": 0.0, "requests": [request("high", 0.0, 1.0, 4), request("zero", 0.5, 2.0, 6)]}
+    points = guard_bench.timeline(run)
+    assert sum(v * guard_bench.BIN_S for _, v in points) == 10
+
+
+def test_the_report_writes_its_table_and_plots(tmp_path):
+    results = {
+        "zero": {
+            "levels": [
+                level("vllm-k0", 1, 10),
+                level("vllm-batch", 1, 8),
+                level("vllm-guard", 1, 9.8),
+            ]
+        }
+    }
+    run = {
+        "began": 0.0,
+        "wall_seconds": 9,
+        "requests": [request("high", i, i + 1) for i in range(9)],
+    }
+    report = {
+        "cells": guard_bench.analyse(results),
+        "switch": {
+            "concurrency": 2,
+            "timelines": {"vllm-guard": guard_bench.timeline(run)},
+            "figures": {
+                "vllm-guard": guard_bench.switch_figures(
+                    run, [{"t": 4.0, "k": 0, "reason": "down"}], 2
+                )
+            },
+        },
+    }
+    report["targets_met"] = guard_bench.targets_met(report["cells"], report["switch"])
+    paths = guard_bench.write(report, tmp_path)
+    assert {p.name for p in paths} == {
+        "guard-report.json",
+        "guard-report.md",
+        "guard-ratios.png",
+        "guard-switch.png",
+    }
+    assert "| zero | 1 | 8 | 10 | 10 | 0.980 (vllm-k0) | 1.225 | 0 |" in paths[1].read_text()
