@@ -1,7 +1,8 @@
 """The rules and dashboard on a live Prometheus (Debian package, 127.0.0.1) scraping
 the real running app: the Ray Serve app on the golden model (``ray_vllm_*`` and the
 gateway) and vLLM's own server on a golden model whose draft agrees 20% of the time
-(``vllm:*``)."""
+(``vllm:*``). The Ray app runs the speculation guard (adaptive), so its gauges, rules and
+dashboard row are read live too."""
 
 import asyncio
 import json
@@ -34,6 +35,14 @@ WEAK_AGREEMENT = 0.2
 SHORT_FOR = "3s"  # the test copy of the rules only: alerts go pending/firing within seconds
 ACCEPTED = "ray_vllm_spec_decode_num_accepted_tokens_total"
 DRAFTED = "ray_vllm_spec_decode_num_draft_tokens_total"
+DRAFTS = "ray_vllm_spec_decode_num_drafts_total"
+# One calibration cycle (6 steps), so the app's first requests run at the guard's k.
+GUARD = [
+    "--set",
+    "speculation.guard.mode=adaptive",
+    "--set",
+    "speculation.guard.calibration_steps=1",
+]
 
 
 def _test_rules(path: Path) -> Path:
@@ -62,7 +71,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     vllm_health = f"http://127.0.0.1:{vllm_port}/health"
     with (
         running_server(vllm_cmd, vllm_health, tmp / "vllm.log", engine_env()),
-        ray_app(tmp / "up.log", KEY) as app,
+        ray_app(tmp / "up.log", KEY, extra=GUARD) as app,
     ):
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -131,10 +140,10 @@ def test_recorded_acceptance_rate_equals_engine_counters(stack, golden_design: G
 
     def settled():  # engine counters stopped moving and Prometheus holds their last values
         engine = scrape(ray_metrics)
-        counters = [total(engine, n, model_name=GOOD) for n in (ACCEPTED, DRAFTED)]
+        counters = [total(engine, n, model_name=GOOD) for n in (ACCEPTED, DRAFTED, DRAFTS)]
         stored = [
             sum(float(r["value"][1]) for r in query(prom, f'{n}{{model_name="{GOOD}"}}'))
-            for n in (ACCEPTED, DRAFTED)
+            for n in (ACCEPTED, DRAFTED, DRAFTS)
         ]
         return counters if counters == stored and counters[1] > 0 else None
 
@@ -151,24 +160,48 @@ def test_recorded_acceptance_rate_equals_engine_counters(stack, golden_design: G
     _burst(stack["app"]["base"] + "/v1", KEY, GOOD, prompts[:2], 24)
     before = wait_for("counters to appear in Prometheus", lambda: stable_after([]), every=3)
     _burst(stack["app"]["base"] + "/v1", KEY, GOOD, prompts, 40)
-    accepted_now, drafted_now = wait_for("the burst in Prometheus", lambda: stable_after(before))
+    now = wait_for("the burst in Prometheus", lambda: stable_after(before))
     time.sleep(3)  # a rule evaluation after the last scrape
 
     def first_in_window(name: str) -> float:
         series = query(prom, f'{name}{{model_name="{GOOD}"}}[5m]')
         return sum(float(s["values"][0][1]) for s in series)
 
-    # rate() over both counters shares sample times, so the recorded ratio is the ratio
-    # of the engine's own counter increases over the window.
-    expected = (accepted_now - first_in_window(ACCEPTED)) / (drafted_now - first_in_window(DRAFTED))
+    # rate() over the counters shares sample times, so a recorded ratio is the ratio of
+    # the engine's own counter increases over the window.
+    accepted, drafted, drafts = (
+        n - first_in_window(m) for n, m in zip(now, (ACCEPTED, DRAFTED, DRAFTS), strict=True)
+    )
     recorded = query(prom, f'dsv4:spec_decode_acceptance_rate:ratio5m{{model_name="{GOOD}"}}')
     assert len(recorded) == 1
     value = float(recorded[0]["value"][1])
-    print(f"recorded acceptance {value:.4f}, engine counters {expected:.4f}")
-    assert value == pytest.approx(expected, abs=0.005)
-    assert value > 0.9  # the golden draft agrees fully
+    print(f"recorded acceptance {value:.4f}, engine counters {accepted / drafted:.4f}")
+    assert value == pytest.approx(accepted / drafted, abs=0.005)
+    assert value > 0.9  # the golden draft agrees fully, whatever k the guard drafts
     length = query(prom, f'dsv4:spec_decode_acceptance_length:ratio5m{{model_name="{GOOD}"}}')
-    assert float(length[0]["value"][1]) > 2.5  # k=2: close to 3 tokens per step
+    assert float(length[0]["value"][1]) == pytest.approx(1 + accepted / drafts, abs=0.01)
+    assert float(length[0]["value"][1]) > 1.9  # drafts of 1 or 2 tokens, all accepted
+
+
+def test_the_guards_gauges_and_rules_read_live(stack):
+    prom = stack["prom"]
+    ks = query(prom, f'dsv4_spec_guard_k{{model_name="{GOOD}"}}')
+    assert len(ks) == 1 and 0 <= float(ks[0]["value"][1]) <= DEFAULT_SPEC_K
+    (k_max,) = query(prom, f'dsv4_spec_guard_k_max{{model_name="{GOOD}"}}')
+    assert float(k_max["value"][1]) == DEFAULT_SPEC_K
+    first = query(prom, f'dsv4_spec_guard_acceptance{{model_name="{GOOD}", position="0"}}')
+    assert float(first[0]["value"][1]) > 0.8  # it sees the full agreement too
+    reasons = {
+        r["metric"]["reason"]
+        for r in query(prom, f'dsv4_spec_guard_decisions_total{{model_name="{GOOD}"}}')
+    }
+    assert "calibrate" in reasons
+    (recorded,) = query(prom, f'dsv4:spec_guard_k:max{{model_name="{GOOD}"}}')
+    assert 0 <= float(recorded["value"][1]) <= DEFAULT_SPEC_K
+    off = query(prom, f'dsv4:spec_guard_drafting_off_seconds:min{{model_name="{GOOD}"}}')
+    assert len(off) == 1 and float(off[0]["value"][1]) >= 0
+    threshold = query(prom, f'dsv4:threshold:guard_off_alert_seconds{{model_name="{GOOD}"}}')
+    assert float(threshold[0]["value"][1]) == 600
 
 
 def test_acceptance_collapse_alert_fires_for_the_weak_draft(stack, golden_design: GoldenDesign):
