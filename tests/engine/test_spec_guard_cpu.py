@@ -13,7 +13,9 @@ from serving.golden import GoldenDesign, write_golden_model
 from serving.golden.writer import read_design
 from tests.support.child_result import child_result
 from tests.support.golden_prompts import expected_counters
-from tests.support.guard_runner import MAX_TOKENS, K, prompts_of
+
+# Not guard_runner: the runners set vLLM's environment at import (child processes only).
+from tests.support.guard_plan import MAX_TOKENS, K, prompts_of
 
 pytestmark = pytest.mark.slow
 DRAFTS = "vllm:spec_decode_num_drafts"

@@ -16,23 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine and worker in this process
-
-from model_overrides.spec_guard_config import LOG_ENV, STATE_ENV  # noqa: E402
-from serving.golden.writer import read_design  # noqa: E402
-from serving.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
-from tests.support.mtp_runner import counters, delta  # noqa: E402
-
-K = 2
-MAX_TOKENS = 48
-
-
-def prompts_of(design, family: str, batch: int) -> list[str]:
-    names = ["high", "zero"] if family == "mixed" else [family]
-    return [design.family_prompt(names[i % len(names)], i // len(names)) for i in range(batch)]
+from model_overrides.spec_guard_config import LOG_ENV, STATE_ENV
+from serving.golden.writer import read_design
+from serving.golden_engine import golden_engine_kwargs, mtp_config
+from tests.support.guard_plan import MAX_TOKENS, K, prompts_of
+from tests.support.mtp_runner import counters, delta
 
 
 def main(model_dir: str, plan: str) -> dict:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine and worker in this process
     from vllm import LLM, SamplingParams
 
     work = tempfile.mkdtemp(prefix="guard-runner-")
