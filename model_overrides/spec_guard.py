@@ -185,9 +185,8 @@ class AdaptiveK:
     def _calibration_k(self) -> int | None:
         """K, K, K-1, K-1, ..., 0, 0, repeated: each k held two steps, so the second
         step of a pair verifies what it proposes."""
-        per_k = self.settings.calibration_steps
         cycle = 2 * (self.k_max + 1)
-        if self.steps >= per_k * cycle // 2:
+        if self.steps >= self.settings.calibration_cycles * cycle:
             return None
         return self.k_max - (self.steps % cycle) // 2
 

@@ -50,8 +50,11 @@ class GuardSettings(BaseModel):
     )
     confirm_steps: int = Field(3, ge=1, le=1000, description="steps the better k must last")
     min_dwell_s: float = Field(0.25, ge=0, le=60, description="least time between switches (s)")
-    calibration_steps: int = Field(
-        4, ge=0, le=100, description="start-up steps per k value that seed the cost model"
+    calibration_cycles: int = Field(
+        2,
+        ge=0,
+        le=100,
+        description="start-up cycles through every k (each held two steps) seeding the cost fit",
     )
     prior_weight: float = Field(
         0.1, gt=0, le=100, description="pseudo-observations of the optimistic prior (1.0)"

@@ -105,8 +105,12 @@ class GuardLookup:
             "acceptance": self.guard.last_rates,
             "cost": self.guard.cost.coef,
         }
-        with open(self.log_path, "a") as f:  # type: ignore[arg-type]
-            f.write(json.dumps(record) + "\n")
+        try:  # inside schedule(): a full disk must not stop the engine
+            with open(self.log_path, "a") as f:  # type: ignore[arg-type]
+                f.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            logger.warning("speculation guard: cannot log to %s: %s", self.log_path, exc)
+            self.log_path = None
 
     def step_started(self, output: Any) -> None:
         self.started[id(output)] = time.monotonic()

@@ -200,11 +200,11 @@ def markdown(report: dict) -> str:
         cells = [f"{r['tokens_per_s'].get(t, 0):.0f}" for t in targets]
         ratio = r.get("guard_vs_best_static")
         table = r.get("guard_vs_batch_table")
+        best = f" | {ratio:.3f} ({r['best_static']})" if ratio is not None else " | -"
         lines.append(
             f"| {r['workload']} | {r['concurrency']} | "
             + " | ".join(cells)
-            + f" | {ratio:.3f} ({r['best_static']})" * (ratio is not None)
-            + " | -" * (ratio is None)
+            + best
             + (f" | {table:.3f}" if table is not None else " | -")
             + f" | {r['wrong_text']} |"
         )

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from model_overrides.spec_guard_config import GUARD_ENV, STATE_ENV
 
-STALE_AFTER_S = 30.0  # a state this old belongs to an engine that is gone
+STALE_AFTER_S = 30.0  # a state this old is checked against its engine's process
 
 
 def prepare_state_path() -> Path | None:
@@ -36,6 +36,16 @@ def prepare_state_path() -> Path | None:
     return Path(path)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True
+
+
 class GuardCollector(Collector):
     def __init__(self, state_path: Path, model: str) -> None:
         self.state_path, self.model = state_path, model
@@ -46,7 +56,9 @@ class GuardCollector(Collector):
             state = json.loads(self.state_path.read_text())
         except (OSError, ValueError):  # not written yet, or the engine is gone
             return None
-        if time.time() - state.get("time", 0) > STALE_AFTER_S:
+        # The engine writes only while it steps: an idle one keeps its last state, a
+        # gone one (its process ended) publishes nothing.
+        if time.time() - state.get("time", 0) > STALE_AFTER_S and not _alive(state["pid"]):
             return None
         return state
 

@@ -41,7 +41,7 @@ GUARD = [
     "--set",
     "speculation.guard.mode=adaptive",
     "--set",
-    "speculation.guard.calibration_steps=1",
+    "speculation.guard.calibration_cycles=1",
 ]
 
 

@@ -205,3 +205,10 @@ def test_the_report_writes_its_table_and_plots(tmp_path):
         "guard-switch.png",
     }
     assert "| zero | 1 | 8 | 10 | 10 | 0.980 (vllm-k0) | 1.225 | 0 |" in paths[1].read_text()
+    # A run without a static target (only the table and the guard) still has its table.
+    cells = guard_bench.analyse(
+        {"zero": {"levels": [level("vllm-batch", 1, 8), level("vllm-guard", 1, 9)]}}
+    )
+    assert "| zero | 1 | 8 | 9 | - | 1.125 | 0 |" in guard_bench.markdown(
+        {"cells": cells, "targets_met": {}}
+    )

@@ -3,7 +3,9 @@ acceptance), its settings, its vLLM hook's probe and its gauges. The real engine
 in tests/engine/test_spec_guard_cpu.py."""
 
 import json
+import os
 import random
+import subprocess
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -223,9 +225,14 @@ def test_the_state_is_what_the_gauges_publish(tmp_path):
     assert sum(v for (n, _), v in samples.items() if n.startswith("dsv4_spec_guard_dec")) == (
         guard.steps
     )
-    # An engine that stopped writing (gone) publishes nothing rather than stale values.
-    path.write_text(json.dumps({**state, "time": time.time() - 120}))
-    assert "dsv4_spec_guard_k " not in generate_latest(registry).decode()
+    # An idle engine (alive, not stepping, so not writing) keeps its series...
+    path.write_text(json.dumps({**state, "pid": os.getpid(), "time": time.time() - 120}))
+    assert "dsv4_spec_guard_k{" in generate_latest(registry).decode()
+    # ...and a gone one publishes nothing rather than stale values.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    path.write_text(json.dumps({**state, "pid": gone.pid, "time": time.time() - 120}))
+    assert "dsv4_spec_guard_k" not in generate_latest(registry).decode()
 
 
 def test_the_replica_points_its_engine_at_a_state_file(monkeypatch):
@@ -236,7 +243,7 @@ def test_the_replica_points_its_engine_at_a_state_file(monkeypatch):
     assert prepare_state_path() is None
     monkeypatch.setenv(GUARD_ENV, '{"mode": "adaptive"}')
     path = prepare_state_path()
-    assert path is not None and str(path) == __import__("os").environ[STATE_ENV]
+    assert path is not None and str(path) == os.environ[STATE_ENV]
 
 
 # --- settings, as the preset takes them ----------------------------------------------
