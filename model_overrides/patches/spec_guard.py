@@ -95,9 +95,6 @@ class GuardLookup:
             self._log({"k": decision.k, "reason": decision.reason, "batch": batch_size})
         return decision.k
 
-    def __len__(self) -> int:  # vLLM's table is a list; nothing we know of asks
-        return 1 << 30
-
     def _log(self, record: dict) -> None:
         record = {
             "t": time.time(),

@@ -16,6 +16,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from model_overrides.spec_guard_config import LOG_ENV
 from serving.bench import guard_bench, local, report, workloads
 from serving.bench.load import Target
 from serving.bench.machine import client_machine
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 if setup:
                     if args.workloads:  # the guard target logs its decisions here
-                        os.environ[guard_bench.LOG_ENV] = str(guard_bench.log_path(logs))
+                        os.environ[LOG_ENV] = str(guard_bench.log_path(logs))
                     _start_local(args, setup, logs, meta, targets, stack, deadline)
                     report.write({**bench.result(), **meta}, out, plots_too=False)
                 bench.on_round = lambda result: report.write(

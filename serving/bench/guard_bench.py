@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from model_overrides.spec_guard_config import LOG_ENV
 from serving.bench.load import Target, run_level
 from serving.bench.runner import BenchPlan, BenchRun
 from serving.bench.workloads import SWITCH, expected_text, family_of, workload_prompts
@@ -300,8 +299,6 @@ def write(report: dict, out: Path) -> list[Path]:
 
 
 def log_path(logs: Path) -> Path:
-    """Where the guard target writes its decisions (LOG_ENV, set before it starts)."""
+    """Where the guard target writes its decisions (DSV4_SPEC_GUARD_LOG, set before it
+    starts)."""
     return logs / "guard-decisions.jsonl"
-
-
-__all__ = ["LOG_ENV", "run_all", "write", "log_path"]
