@@ -126,7 +126,7 @@ PLATFORM_CALLS = {
 # Calls that read a value without handing it to a kernel.
 HELPER_CALLS = {
     "getattr", "hasattr", "isinstance", "float", "int", "bool", "str", "repr", "print",
-    "debug", "info", "warning", "info_once", "warning_once", "debug_once", "get",
+    "debug", "info", "warning", "info_once", "warning_once", "debug_once", "get", "dict",
 }  # fmt: skip
 MODULAR_BASES = ("FusedMoEExpertsModular", "FusedMoEExpertsMonolithic", "FusedMoEExperts")
 SEARCH_DEPTH = 4
@@ -512,9 +512,13 @@ def _reads_limit(node: ast.AST, tainted: set[str], dead: frozenset[str] = NOTHIN
     return any((LIMIT_RE.search(n) or n in tainted) and n not in dead for n in _names(node))
 
 
-def _tainted(fn: ast.FunctionDef, dead: frozenset[str] = NOTHING) -> set[str]:
-    """Local names that carry the limit (assigned from an expression that reads it)."""
+def _tainted(
+    fn: ast.FunctionDef, dead: frozenset[str] = NOTHING, carried: frozenset[str] = NOTHING
+) -> set[str]:
+    """Local names that carry the limit (assigned from an expression that reads it);
+    ``carried``: attributes known to hold it (``limit_carriers``)."""
     tainted = {a.arg for a in fn.args.args + fn.args.kwonlyargs if LIMIT_RE.search(a.arg)}
+    tainted |= carried
     statements = list(_silu_statements(fn.body))
     changed = True
     while changed:
@@ -529,9 +533,11 @@ def _tainted(fn: ast.FunctionDef, dead: frozenset[str] = NOTHING) -> set[str]:
     return tainted
 
 
-def limit_calls(fn: ast.FunctionDef, dead: frozenset[str] = NOTHING) -> list[ast.Call]:
+def limit_calls(
+    fn: ast.FunctionDef, dead: frozenset[str] = NOTHING, carried: frozenset[str] = NOTHING
+) -> list[ast.Call]:
     """Calls that can run for a SiLU model and are handed the limit."""
-    tainted = _tainted(fn, dead)
+    tainted = _tainted(fn, dead, carried)
     found = []
     for stmt in _silu_statements(fn.body):
         for part in _own_expressions(stmt):
@@ -564,6 +570,53 @@ def none_only_attributes(chain: Chain) -> frozenset[str]:
         if LIMIT_RE.search(attr)
         and all(isinstance(v, ast.Constant) and v.value is None for v in assigned)
     )
+
+
+def limit_carriers(chain: Chain) -> dict[str, str]:
+    """``self.A = P.M()`` in ``__init__``, where the class ``P`` is annotated with builds a
+    limit-named kernel argument in ``M``: attribute ``A`` -> parameter ``P``. vLLM 0.33's
+    DeepGemmMegaMoEExperts keeps ``activation.kernel_kwargs()`` (``{"activation_clamp":
+    clamp}``) and splats it into the kernel call."""
+    init = chain.method("__init__")
+    if init is None:
+        return {}
+    args = init.node.args
+    annotated = {
+        a.arg: a.annotation.id
+        for a in args.args + args.kwonlyargs
+        if isinstance(a.annotation, ast.Name)
+    }
+    found = {}
+    for node in ast.walk(init.node):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        func = node.value.func
+        owner = getattr(getattr(func, "value", None), "id", None)
+        if not isinstance(func, ast.Attribute) or owner not in annotated:
+            continue
+        cls = find_def(init.module, annotated[owner])
+        if cls is None or not isinstance(cls.node, ast.ClassDef):
+            continue
+        method = next(
+            (n for n in cls.node.body if isinstance(n, ast.FunctionDef) and n.name == func.attr),
+            None,
+        )
+        keys = (
+            [
+                k.value
+                for d in ast.walk(method)
+                if method is not None and isinstance(d, ast.Dict)
+                for k in d.keys
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            ]
+            if method is not None
+            else []
+        )
+        if any(LIMIT_RE.search(k) for k in keys):
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and getattr(t.value, "id", "") == "self":
+                    found[t.attr] = owner
+    return found
 
 
 def _call_name(call: ast.Call) -> str:
@@ -686,7 +739,10 @@ def analyse(chain: Chain, entries: tuple[str, ...] = ("apply",)) -> Verdict:
         if refused:
             return Verdict(chain.name, None, f"refuses to run ({refused})")
     dead = none_only_attributes(chain)
-    passing = [(item, call) for item in reached for call in limit_calls(item.fn.node, dead)]
+    carried = frozenset(limit_carriers(chain))
+    passing = [
+        (item, call) for item in reached for call in limit_calls(item.fn.node, dead, carried)
+    ]
     if passing:
         own = {c.module for c in chain.classes if c.node.name not in MODULAR_BASES}
         item, call = max(passing, key=lambda p: (p[0].fn.module in own, _limit_score(p[1])))
@@ -953,13 +1009,23 @@ def _variant_module(variant: str) -> str:
     return VARIANTS[variant][0]
 
 
+def _callee_names(func: ast.expr) -> set[str]:
+    """What a call may call: ``f``, ``x.f``, and each side of ``(cls or f)`` or
+    ``(f if c else g)`` (vLLM 0.33's FusedMoEFactory builds ``(moe_config_cls or
+    FusedMoEConfig)(...)``)."""
+    if isinstance(func, ast.Name):
+        return {func.id}
+    if isinstance(func, ast.Attribute):
+        return {func.attr}
+    if isinstance(func, ast.BoolOp):
+        return set().union(*(_callee_names(v) for v in func.values))
+    if isinstance(func, ast.IfExp):
+        return _callee_names(func.body) | _callee_names(func.orelse)
+    return set()
+
+
 def _calls_named(node: ast.AST, name: str) -> list[ast.Call]:
-    return [
-        c
-        for c in ast.walk(node)
-        if isinstance(c, ast.Call)
-        and (getattr(c.func, "id", None) == name or getattr(c.func, "attr", None) == name)
-    ]
+    return [c for c in ast.walk(node) if isinstance(c, ast.Call) and name in _callee_names(c.func)]
 
 
 def _keyword(call: ast.Call, name: str) -> ast.expr | None:
@@ -1025,8 +1091,14 @@ def factory_plumbing(variant: str) -> tuple[bool, str]:
     if value is None or not _reads_limit(value, set()):
         return False, f"{site} FusedMoEFactory gets no swiglu_limit"
     factory = function(f"{MOE}.layer", "FusedMoEFactory")
-    to_config = [c for c in _calls_named(factory.node, "FusedMoEConfig") if _keyword_limit(c)]
-    to_experts = [c for c in _calls_named(factory.node, "routed_experts_cls") if _keyword_limit(c)]
+    builds = {
+        name: _calls_named(factory.node, name) for name in ("FusedMoEConfig", "routed_experts_cls")
+    }
+    if missing := [name for name, calls in builds.items() if not calls]:
+        # No such call at all is code we do not know, not a dropped limit.
+        raise Unrecognised(f"{factory.cite()} FusedMoEFactory builds no {', '.join(missing)}")
+    to_config = [c for c in builds["FusedMoEConfig"] if _keyword_limit(c)]
+    to_experts = [c for c in builds["routed_experts_cls"] if _keyword_limit(c)]
     if not to_config or not to_experts:
         return False, f"{factory.cite()} FusedMoEFactory drops swiglu_limit"
     return True, (
@@ -1206,7 +1278,7 @@ def _unfed_limit_params(chain: Chain, built: ast.Call, owner: Def) -> str | None
     """A limit parameter of ``__init__``/``forward`` its owner leaves unset."""
     init, forward = chain.method("__init__"), chain.method("forward")
     if init is not None:
-        for arg in _limit_params(init):
+        for arg in _limit_params(init) + sorted(set(limit_carriers(chain).values())):
             value = _keyword(built, arg)
             if value is None or not _reads_limit(value, set()):
                 return f"{owner.cite(built.lineno)} builds it without {arg}"

@@ -47,6 +47,9 @@ class ClassInfo:
     name: str
     defs: list[ast.ClassDef]
     runtime: type | None = None
+    # ``self.X = Cls(...)`` / ``Cls.create(...)`` in __init__, read from source: objects
+    # a forward may hand the whole step to (vLLM 0.33's ROCm ``self.mono``).
+    delegates: dict[str, "ClassInfo"] = field(default_factory=dict)
 
     def method(self, name: str) -> ast.FunctionDef | None:
         for cdef in self.defs:
@@ -188,11 +191,69 @@ def decoder_can_return_none_state(decoder: ClassInfo) -> bool:
     return False
 
 
+def _returns_nothing(cls: ClassInfo, fn: ast.FunctionDef) -> bool:
+    return all(isinstance(v, ast.Constant) and v.value is None for v in _returns(fn))
+
+
+def _is_four_outputs(value: ast.expr) -> bool:
+    """``(a, b, c, d)`` or ``out[:4]``."""
+    if isinstance(value, ast.Tuple):
+        return len(value.elts) == 4
+    bound = getattr(value, "slice", None)
+    return (
+        isinstance(value, ast.Subscript)
+        and isinstance(bound, ast.Slice)
+        and bound.lower is None
+        and isinstance(bound.upper, ast.Constant)
+        and bound.upper.value == 4
+    )
+
+
+def _delegate_return(
+    decoder: ClassInfo, fn: ast.FunctionDef, value: ast.expr
+) -> tuple[bool, str] | None:
+    """``out = self.X(...)``, ``if out is not None: return out``: None when ``value`` is not
+    that shape, else whether X's ``__call__`` returns the four outputs or None."""
+    if not isinstance(value, ast.Name):
+        return None
+    sources = [
+        n.value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Assign)
+        and [getattr(t, "id", None) for t in n.targets] == [value.id]
+        and isinstance(n.value, ast.Call)
+        and isinstance(n.value.func, ast.Attribute)
+        and getattr(n.value.func.value, "id", None) == "self"
+    ]
+    guarded = any(
+        isinstance(n, ast.If)
+        and ast.unparse(n.test) == f"{value.id} is not None"
+        and any(isinstance(b, ast.Return) and b.value is value for b in n.body)
+        for n in ast.walk(fn)
+    )
+    if len(sources) != 1 or not guarded:
+        return None
+    attr = sources[0].func.attr
+    delegate = decoder.delegates.get(attr)
+    call = delegate.method("__call__") if delegate else None
+    if call is None:
+        return False, f"returns self.{attr}(...), a delegate this check cannot read"
+    for ret in _returns(call):
+        helper = getattr(ret, "func", None)
+        if isinstance(helper, ast.Attribute) and getattr(helper.value, "id", None) == "self":
+            method = delegate.method(helper.attr)
+            if method is not None and _returns_nothing(delegate, method):
+                continue
+        if not _is_four_outputs(ret):
+            return False, f"self.{attr} ({delegate.name}.__call__) returns {ast.unparse(ret)}"
+    return True, f"self.{attr} ({delegate.name}.__call__): four outputs or None"
+
+
 def check_decoder_returns(decoder: ClassInfo) -> tuple[bool, str]:
     forward = decoder.method("forward")
     if forward is None:
         return False, "no forward"
-    problems = []
+    problems, delegated = [], []
     annotation = forward.returns
     elts = getattr(getattr(annotation, "slice", None), "elts", None)
     if not (isinstance(annotation, ast.Subscript) and elts is not None and len(elts) == 4):
@@ -203,10 +264,14 @@ def check_decoder_returns(decoder: ClassInfo) -> tuple[bool, str]:
         for value in _returns(fn):
             if _calls_helper(value):
                 continue
+            if (via := _delegate_return(decoder, fn, value)) is not None:
+                (delegated if via[0] else problems).append(via[1])
+                continue
             if not (isinstance(value, ast.Tuple) and len(value.elts) == 4):
                 problems.append(f"{name} returns {ast.unparse(value)}")
     shape = "deferred or inline" if decoder_can_return_none_state(decoder) else "deferred"
-    return (not problems), "; ".join(problems) or f"4-tuple ({shape} state)"
+    also = f"; hands steps to {', '.join(delegated)}" if delegated else ""
+    return (not problems), "; ".join(problems) or f"4-tuple ({shape} state){also}"
 
 
 def foreign_logits_attrs(predictor: ClassInfo, layer: ClassInfo) -> list[tuple[str, str]]:
@@ -336,6 +401,34 @@ def _load(module: str, path: Path, name: str, importing: bool = True) -> ClassIn
     return class_from_source(path, name) if path.is_file() else None
 
 
+def _attach_delegates(info: ClassInfo | None, model_py: Path, package: str, root: Path) -> None:
+    """Read, from source, the classes ``__init__`` builds as ``self.X = Cls(...)`` or
+    ``Cls.create(...)`` where ``Cls`` is imported from ``package`` (the DSV4 code)."""
+    init = info.method("__init__") if info else None
+    if info is None or init is None or not model_py.is_file():
+        return
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in _parsed(model_py).body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + ".")
+        for alias in node.names
+    }
+    for node in ast.walk(init):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        func = node.value.func
+        if isinstance(func, ast.Attribute) and func.attr == "create":
+            func = func.value
+        module = imported.get(getattr(func, "id", ""))
+        for target in node.targets:
+            if module and isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
+                path = root.joinpath(*module.removeprefix(package + ".").split(".")).with_suffix(
+                    ".py"
+                )
+                if path.is_file() and (found := class_from_source(path, func.id)):
+                    info.delegates[target.attr] = found
+
+
 def _compute_logits_owner(mtp_module: str, path: Path, importing: bool) -> ClassInfo | None:
     for name in ("DeepSeekV4MultiTokenPredictor", "DeepSeekMultiTokenPredictor"):
         info = _load(mtp_module, path, name, importing)
@@ -386,6 +479,7 @@ def discover_variants(only: tuple[str, ...] | None = None, importing: bool = Tru
                 ),
                 target=_load(f"{base}.model", model_py, "DeepseekV4ForCausalLM", importing),
             )
+            _attach_delegates(variant.decoder, model_py, "vllm.models.deepseek_v4", root)
             if vendor == "cpu" and variant.mtp_layer is None:
                 # Upstream's CPU MTP is a stub; ours is the one that runs there.
                 ours = "model_overrides.models.dsv4_mtp_cpu"

@@ -303,3 +303,15 @@ def test_strict_fails_on_a_clamp_finding(monkeypatch, capsys, ok, strict, code):
     out = capsys.readouterr().out
     assert f"{int(ok)} of 1 rules hold" in out
     assert "moe-clamp[cpu/fp8]" in out and "X: a.py:1 k" in out  # detail lines indented
+
+
+def test_a_call_through_a_class_override_is_a_call_of_the_class():
+    # vLLM 0.33's FusedMoEFactory: `(moe_config_cls or FusedMoEConfig)(...)`.
+    import ast
+
+    from model_overrides.clamp_contract import _calls_named
+
+    tree = ast.parse("(cls or FusedMoEConfig)(swiglu_limit=x)\n(A if c else B)()\nC.D()")
+    assert len(_calls_named(tree, "FusedMoEConfig")) == 1
+    assert len(_calls_named(tree, "B")) == 1 and len(_calls_named(tree, "D")) == 1
+    assert _calls_named(tree, "cls_missing") == []
