@@ -50,10 +50,12 @@ def placement_strategy(preset: Preset) -> str:
 
     One node: STRICT_PACK, the whole TP group on one node or not at all. Several nodes:
     PACK fills whole nodes (each worker pod is one node of per_replica/nodes GPUs, a
-    multiple of TP), and vLLM's Ray executor orders ranks node by node
-    (vllm/v1/executor/ray_executor.py, sort_by_driver_then_worker_ip), so each TP group
-    stays inside one node. SPREAD would deal bundles round-robin over every free node
-    and split TP groups as soon as more nodes are free than a replica needs.
+    multiple of TP), and vLLM's Ray executor orders ranks node by node (0.32:
+    vllm/v1/executor/ray_executor.py, sort_by_driver_then_worker_ip; 0.33 deletes that
+    executor: ray_executor_v2.py ranks bundles by ray_utils.get_bundles_sorted_by_node,
+    driver's node first, grouped by node), so each TP group stays inside one node. SPREAD
+    would deal bundles round-robin over every free node and split TP groups as soon as
+    more nodes are free than a replica needs.
     """
     return "STRICT_PACK" if preset.parallelism.nodes == 1 else "PACK"
 
