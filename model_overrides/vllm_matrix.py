@@ -240,6 +240,22 @@ def run_version(v: Version) -> Result:
     )
 
 
+def config_reading(v: Version, model_dir: Path) -> dict:
+    """``model_overrides.config_reading`` of ``model_dir`` under version ``v``."""
+    proc = subprocess.run(
+        [str(ensure_environment(v)), "-m", "model_overrides.config_reading", str(model_dir)],
+        capture_output=True,
+        text=True,
+        env=_env_for(v),
+        cwd=ROOT,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("READING ")), None)
+    if line is None:
+        tail = (proc.stderr or "").strip().splitlines()[-3:]
+        raise RuntimeError(f"vLLM {v.vllm}: reading {model_dir} failed: {tail}")
+    return json.loads(line.removeprefix("READING "))
+
+
 def main(versions: list[str]) -> int:
     bad = 0
     for name in versions:

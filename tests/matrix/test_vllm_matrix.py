@@ -21,6 +21,26 @@ def test_patch_verdicts_and_contract_on_each_supported_vllm(version: str):
     assert "unrecognised" not in result.verdicts.values()
 
 
+def test_every_version_reads_the_golden_config_alike(golden_dir: Path):
+    # 0.32 reads vLLM's own DeepseekV4Config, 0.33 transformers' (legacy keys turned into
+    # layer_types/compress_rates and mlp_layer_types): same layers, ratios, hash layers
+    # and rope, the rotary tables built by each version's own builder.
+    readings = {
+        name: vllm_matrix.config_reading(v, golden_dir) for name, v in vllm_matrix.SUPPORTED.items()
+    }
+    assert readings["0.33.0"]["config_class"].startswith("transformers.")
+    assert readings["0.32.0"]["config_class"].startswith("vllm.")
+    first, *others = [{k: r[k] for k in r if k != "config_class"} for r in readings.values()]
+    for other in others:
+        assert other == first
+    # The golden layout as designed: CSA/HCA/SWA, one hash layer, the MTP layer at ratio 1,
+    # and compressed layers on other rotary tables (YaRN) than sliding-window ones.
+    assert first["layer_ratios"] == [4, 128, 1] * 3
+    assert first["hash_layers"] == 1 and first["rope_head_dim"] == 64
+    tables = dict(zip(first["layer_ratios"], first["rope_tables"], strict=True))
+    assert tables[4] == tables[128] != tables[1]
+
+
 def test_the_images_default_to_the_declared_vllm():
     for dockerfile in ("Dockerfile.cuda", "Dockerfile.rocm"):
         text = (ROOT / dockerfile).read_text()
