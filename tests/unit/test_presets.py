@@ -9,6 +9,7 @@ import yaml
 
 from serving.build_args import BuildArgs, resolve
 from serving.preset import PresetError, list_presets, load_preset, parse_set
+from serving.preset_vllm_check import OTHER_ENV, literal_values, vllm_argv
 from serving.serve_config import IMPORT_PATH, serve_config
 from tests.support.paths import ROOT
 
@@ -195,33 +196,16 @@ def test_render_serve_config_is_a_serve_config_for_the_builder():
 
 # --- finding 9: every preset against the installed vLLM 0.32 and Ray Serve LLM ---------
 
-# Environment variables a preset may set that are not vLLM's, each with who reads it.
-OTHER_ENV: dict[str, str] = {}
 GPU_PRESETS = PRESETS[1:]
-
-
-def _vllm_argv(kwargs: dict) -> list[str]:
-    """Engine keyword arguments in vLLM's command-line form (as `vllm serve` takes them)."""
-    import json
-
-    argv: list[str] = []
-    for key, value in kwargs.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            argv.append(flag if value else "--no-" + key.replace("_", "-"))
-        elif isinstance(value, dict | list):
-            argv += [flag, json.dumps(value)]
-        else:
-            argv += [flag, str(value)]
-    return argv
 
 
 @pytest.fixture(scope="module")
 def vllm_parser():
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    return make_arg_parser(FlexibleArgumentParser())
+    from serving.vllm_cli_args import cli_args
+
+    return cli_args().make_arg_parser(FlexibleArgumentParser())
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -238,7 +222,7 @@ def test_every_engine_argument_parses_with_vllms_own_parser(preset: str, vllm_pa
     kwargs = {**engine.frontend_kwargs, **engine.engine_kwargs}
     assert set(kwargs) == set(config["engine_kwargs"])
     try:
-        parsed = vllm_parser.parse_args(["--model", "/models/m", *_vllm_argv(kwargs)])
+        parsed = vllm_parser.parse_args(["--model", "/models/m", *vllm_argv(kwargs)])
     except SystemExit:
         pytest.fail(f"vLLM's parser rejects {preset}'s arguments: {kwargs}")
     for key, value in kwargs.items():
@@ -269,29 +253,16 @@ def test_every_env_var_is_one_its_reader_knows(preset: str):
             assert name in OTHER_ENV, f"{preset}: {name} needs its source in OTHER_ENV"
 
 
-def _literal_values(tp) -> set[str]:
-    from typing import Literal, Union, get_args, get_origin
-
-    if get_origin(tp) is Literal:
-        out: set[str] = set()
-        for arg in get_args(tp):
-            out |= _literal_values(arg) if not isinstance(arg, str) else {arg}
-        return out
-    if get_origin(tp) is Union:
-        return set().union(*(_literal_values(a) for a in get_args(tp)))
-    return set()
-
-
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_speculative_method_is_one_vllm_accepts(preset: str):
     from vllm.config.speculative import DraftSampleMethod, SpeculativeMethod
 
     spec = load_preset(preset).engine_kwargs()["speculative_config"]
-    methods = _literal_values(SpeculativeMethod)
+    methods = literal_values(SpeculativeMethod)
     assert {"mtp", "dspark"} <= methods
     assert spec["method"] in methods
     if "draft_sample_method" in spec:
-        assert spec["draft_sample_method"] in _literal_values(DraftSampleMethod)
+        assert spec["draft_sample_method"] in literal_values(DraftSampleMethod)
 
 
 def test_the_blackwell_fp4_indexer_name_is_vllm_032s():
