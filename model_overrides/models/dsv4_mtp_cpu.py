@@ -238,9 +238,11 @@ class CpuDeepSeekV4MTP(nn.Module):
                         f"MTP checkpoint weight {ckpt_name!r} has no parameter {name!r}"
                     )
                 param = params[name]
-                if name.endswith("attn_sink"):
+                if name.endswith("attn_sink") and not hasattr(param, "weight_loader"):
                     # This rank's heads only (the sink is per head; TP shards the heads),
-                    # as vLLM's CPU DSV4 loader does (models/deepseek_v4/cpu/model.py).
+                    # as vLLM 0.32's CPU DSV4 loader does (models/deepseek_v4/cpu/model.py).
+                    # 0.33 gives the sink its own TP-aware loader (weight_utils.py
+                    # make_attention_sink -> load_attention_sink), taken below.
                     local = tensor.shape[0] // get_tensor_model_parallel_world_size()
                     start = local * get_tensor_model_parallel_rank()
                     param.data[:local].copy_(tensor[start : start + local])
