@@ -168,9 +168,11 @@ def test_dead_engine_inside_a_living_replica(app, golden_design: GoldenDesign):
     errors, complete = endings.count("error event"), endings.count("complete")
     assert errors >= 1 and complete >= 1 and errors + complete == 4, endings
     # The replica ends itself as soon as a request meets the dead engine; a request
-    # HAProxy hands it in that instant can still be cut (an error the client sees).
+    # HAProxy hands it in that instant can still be cut (an error the client sees), or get
+    # a clean HTTP error (one CI run: one 500 of 133, HAProxy's 5xx as the replica went).
     failed = figures["new_requests_failed"]
-    assert len(failed) <= 2 and all(f == "RemoteProtocolError" for f in failed), figures
+    clean_or_cut = all(f == "RemoteProtocolError" or f[:3].isdigit() for f in failed)
+    assert len(failed) <= 2 and clean_or_cut, figures
 
 
 def test_both_replicas_serve_again(app, golden_design: GoldenDesign):
