@@ -601,17 +601,15 @@ def limit_carriers(chain: Chain) -> dict[str, str]:
             (n for n in cls.node.body if isinstance(n, ast.FunctionDef) and n.name == func.attr),
             None,
         )
-        keys = (
-            [
-                k.value
-                for d in ast.walk(method)
-                if method is not None and isinstance(d, ast.Dict)
-                for k in d.keys
-                if isinstance(k, ast.Constant) and isinstance(k.value, str)
-            ]
-            if method is not None
-            else []
-        )
+        if method is None:
+            continue
+        keys = [
+            k.value
+            for d in ast.walk(method)
+            if isinstance(d, ast.Dict)
+            for k in d.keys
+            if isinstance(k, ast.Constant) and isinstance(k.value, str)
+        ]
         if any(LIMIT_RE.search(k) for k in keys):
             for t in node.targets:
                 if isinstance(t, ast.Attribute) and getattr(t.value, "id", "") == "self":

@@ -191,7 +191,7 @@ def decoder_can_return_none_state(decoder: ClassInfo) -> bool:
     return False
 
 
-def _returns_nothing(cls: ClassInfo, fn: ast.FunctionDef) -> bool:
+def _returns_nothing(fn: ast.FunctionDef) -> bool:
     return all(isinstance(v, ast.Constant) and v.value is None for v in _returns(fn))
 
 
@@ -242,7 +242,7 @@ def _delegate_return(
         helper = getattr(ret, "func", None)
         if isinstance(helper, ast.Attribute) and getattr(helper.value, "id", None) == "self":
             method = delegate.method(helper.attr)
-            if method is not None and _returns_nothing(delegate, method):
+            if method is not None and _returns_nothing(method):
                 continue
         if not _is_four_outputs(ret):
             return False, f"self.{attr} ({delegate.name}.__call__) returns {ast.unparse(ret)}"

