@@ -48,6 +48,7 @@ SHARED_VERDICTS = {
     "draft-step-token-request-cache": "applied",
     "dsv4-cpu-hc-path": "not needed",
     "dsv4-cpu-chunked-prefill": "applied|not needed",  # not needed on CPUs with AMX
+    "dsv4-cpu-prefix-caching": "applied|not needed",  # not needed on CPUs with AMX
     **{
         f"dsv4-cpu-{k}": "applied"
         for k in (

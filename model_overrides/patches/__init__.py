@@ -8,6 +8,7 @@ from model_overrides.patches import (  # noqa: F401 - imported for registration
     cpu_moe_swiglu_clamp,
     draft_token_request_cache,
     dsv4_cpu_chunked_prefill,
+    dsv4_cpu_prefix_caching,
     dsv4_cpu_hc_path,
     dsv4_cpu_metadata_kernels,
     dsv4_cpu_mtp,

@@ -1,0 +1,159 @@
+"""DSV4 prefix caching on vLLM's CPU backend: a prompt served from cache hits gives the
+same greedy tokens and log-probs as the same prompt served cold, and vLLM's
+``prefix_cache_queries`` / ``_hits`` count what happened (the hits equal the prompt
+positions the target model did not compute).
+
+The "numeric" golden variant (attention, experts and mHC write into the residual) so
+that a wrong cached row would move the logits. Prefixes end inside and on 256-token
+blocks and C4 / C128 compression boundaries. A hit always starts the recomputed tail on
+a 256-token block, so the cold run is chunked at 256 too (max_num_batched_tokens=256):
+warm and cold then compute the same chunks and must agree bit for bit on every kernel
+library. Against an unchunked cold run the tokens are the same and the log-probs move by
+what chunked prefill itself changes in bf16 rounding, cache or no cache (README, "Prefix
+caching").
+
+Each configuration runs once in a child process (tests/support/prefix_cache_runner.py).
+On this CPU without AMX, or on a lower library, the ``dsv4-cpu-prefix-caching`` patch is
+what keeps prefix caching on; with AMX vLLM keeps it itself.
+"""
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from model_overrides import kernel_library
+from serving.golden import GoldenDesign, write_golden_model
+from tests.support.child_result import child_result
+
+pytestmark = pytest.mark.slow
+MAX_TOKENS = 8
+BIG = 10_000  # "shared" beyond every length: each prompt is a prefix of one sequence
+# name -> (words shared by the case's prompts, warm prompts [words, branch], the measured
+# prompt [words, branch]). One golden word is one token.
+CASES = {
+    "resend-255": (BIG, [(255, 0)], (255, 0)),
+    "resend-256-on-block": (BIG, [(256, 0)], (256, 0)),
+    "resend-258-inside-c4": (BIG, [(258, 0)], (258, 0)),
+    "resend-260-on-c4": (BIG, [(260, 0)], (260, 0)),
+    "resend-384-on-c128": (BIG, [(384, 0)], (384, 0)),
+    "resend-512-on-block": (BIG, [(512, 0)], (512, 0)),
+    "resend-513": (BIG, [(513, 0)], (513, 0)),
+    "extend-300-to-700": (BIG, [(300, 0)], (700, 0)),
+    "extend-520-to-800": (BIG, [(520, 0)], (800, 0)),
+    "extend-twice-300-790-to-800": (BIG, [(300, 0), (790, 0)], (800, 0)),
+    # A prefix of a longer prompt served before: vLLM 0.32 keeps sliding-window and
+    # compressor-state blocks only at reachable boundaries (the prompt's end, shared-
+    # prefix junctions; single_type_kv_cache_manager.py retention), so this misses.
+    "prefix-of-longer-800-to-520": (BIG, [(800, 0)], (520, 0)),
+    # Three prompts sharing a 600-token system prompt: the first two miss it (the
+    # junction is not known while the first one runs), the third hits its 2 blocks.
+    "siblings-600-shared": (600, [(700, 1), (700, 2)], (700, 3)),
+}
+# Where the eager ops (3 to 4x slower) and the unchunked reference run: the cases whose
+# warm run starts from a cache hit, one of each kind.
+HITTING = ("resend-513", "extend-520-to-800", "extend-twice-300-790-to-800", "siblings-600-shared")
+HARDWARE = kernel_library.hardware_isa()
+LOWEST = kernel_library.ORDER[-1] if HARDWARE != "avx2" else None
+
+
+@pytest.fixture(scope="module")
+def numeric_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_golden_model(
+        tmp_path_factory.mktemp("golden-numeric"), GoldenDesign(variant="numeric")
+    )
+
+
+@cache
+def _run(
+    model_dir: str, library: str, k: int, chunk: int, caching: bool, names: tuple[str, ...]
+) -> dict:
+    spec = {
+        "model_dir": model_dir,
+        "library": library,
+        "k": k,
+        "engine": {"max_num_batched_tokens": chunk, "enable_prefix_caching": caching},
+        "max_tokens": MAX_TOKENS,
+        "cold_only": not caching,
+        "cases": [
+            {"name": name, "seed": i + 1, "shared": shared, "warm": warm, "prompt": prompt}
+            for i, (name, (shared, warm, prompt)) in enumerate(CASES.items())
+            if name in names
+        ],
+    }
+    return child_result("tests.support.prefix_cache_runner", json.dumps(spec))
+
+
+def run(
+    numeric_dir: Path,
+    library: str,
+    k: int,
+    chunk: int = 256,
+    caching: bool = True,
+    names: tuple[str, ...] = tuple(CASES),
+) -> dict:
+    return _run(str(numeric_dir), library, k, chunk, caching, names)
+
+
+def check_warm_equals_cold(result: dict) -> dict[str, int]:
+    """Every warm run gives its cold run's tokens and log-probs bit for bit; the hit
+    counter equals the prompt positions the target model did not compute."""
+    assert result["prefix_caching"] is True
+    hits = {}
+    for name, case in result["cases"].items():
+        cold, warm = case["cold"], case["warm"]
+        length = CASES[name][2][0]
+        assert cold["prompt_token_ids"] == warm["prompt_token_ids"], name
+        assert len(cold["prompt_token_ids"]) == length, name
+        assert cold["prefix_cache_hits"] == 0 and cold["first_computed_position"] == 0, name
+        assert cold["prefix_cache_queries"] == warm["prefix_cache_queries"] == length, name
+        assert warm["prefix_cache_hits"] == warm["first_computed_position"], name
+        assert warm["prefix_cache_hits"] % 256 == 0 and warm["prefix_cache_hits"] < length
+        assert warm["token_ids"] == cold["token_ids"], name
+        assert warm["logprobs"] == cold["logprobs"], name  # bit for bit
+        hits[name] = warm["prefix_cache_hits"]
+    return hits
+
+
+@pytest.mark.parametrize("k", [2, 0])
+def test_native_cache_hits_give_the_cold_tokens_and_log_probs(numeric_dir, k: int):
+    result = run(numeric_dir, "native", k)
+    hits = check_warm_equals_cold(result)
+    print(f"native k={k} hits: {hits}")
+    # Served from cache where vLLM's rules allow: 1 to 3 blocks (MTP's draft layers
+    # recompute the last matched block, so fewer with k > 0); never the prefix of a
+    # longer prompt; the third sibling its shared blocks.
+    assert {h // 256 for h in hits.values()} >= ({0, 1, 2} if k else {0, 1, 2, 3}), hits
+    assert hits["prefix-of-longer-800-to-520"] == 0
+    assert hits["siblings-600-shared"] == 512
+    amx = kernel_library.hardware_isa() == "avx512_bf16" and result["patches"]
+    expected = {"applied", "not needed"} if amx else {"applied"}
+    assert result["patches"]["dsv4-cpu-prefix-caching"] in expected
+
+
+def test_native_warm_run_matches_an_unchunked_cold_run(numeric_dir):
+    warm = run(numeric_dir, "native", 2)
+    unchunked = run(numeric_dir, "native", 2, chunk=2048, caching=False, names=HITTING)
+    assert unchunked["prefix_caching"] is False
+    worst = 0.0
+    for name in HITTING:
+        case, reference = warm["cases"][name], unchunked["cases"][name]["cold"]
+        assert case["warm"]["token_ids"] == reference["token_ids"], name
+        pairs = zip(case["warm"]["logprobs"], reference["logprobs"], strict=True)
+        worst = max([worst, *(abs(a - b) for a, b in pairs)])
+    # Chunked prefill itself moves bf16 rounding (the cold run is chunked too and its
+    # tokens and log-probs equal the warm run's bit for bit). A wrong cached row moves
+    # far more: a 5% error in one op moves the median by 0.15 (README, "CPUs").
+    print(f"native warm vs unchunked cold: max |d log p| {worst:.3g}")
+    assert worst < 0.1
+
+
+@pytest.mark.skipif(LOWEST is None, reason="an AVX2 CPU runs the lowest library natively")
+def test_lowest_library_cache_hits_give_the_cold_tokens_and_log_probs(numeric_dir):
+    result = run(numeric_dir, LOWEST, 2, names=HITTING)
+    assert result["library"] == kernel_library.LIBRARIES[LOWEST]
+    # Forcing a lower library hides AMX from vLLM: only the patch keeps the cache on.
+    assert result["patches"]["dsv4-cpu-prefix-caching"] == "applied"
+    native = check_warm_equals_cold(run(numeric_dir, "native", 2))
+    assert check_warm_equals_cold(result) == {name: native[name] for name in HITTING}
