@@ -71,7 +71,7 @@ def _direct(config: Any, gateway: Any, preset: Preset) -> Any:
             "max_queued_requests": limits.max_queued_requests,
         }
     )
-    return build_llm_deployment(
+    app = build_llm_deployment(
         config,
         name_prefix="",
         deployment_cls=serve.ingress()(Dsv4Server),
@@ -81,6 +81,13 @@ def _direct(config: Any, gateway: Any, preset: Preset) -> Any:
             **ray_limits(limits.max_ongoing_requests, limits.max_queued_requests),
         },
     )
+    if preset.serving.routing == "prefix":
+        from serving.ray_private import ingress_request_router
+
+        app = app._with_ingress_request_router(
+            ingress_request_router(app, preset.serving.prefix.router_replicas)
+        )
+    return app
 
 
 def _with_ingress(config: Any, gateway: Any) -> Any:

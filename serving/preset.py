@@ -146,6 +146,39 @@ class Deployment(_Strict):
     per_key: PerKeyLimits = PerKeyLimits()
 
 
+class PrefixRouting(_Strict):
+    """``serving.routing: prefix`` (serving/routing/): a request goes to the replica its
+    key hashes to, unless that replica holds more than its share of the load."""
+
+    key_chars: int = Field(
+        1024,
+        ge=16,
+        le=65536,
+        description="characters of the leading chat messages (system, tools, first user "
+        "message) or of a completion prompt that make the routing key",
+    )
+    balance_factor: float = Field(
+        1.2,
+        ge=1.0,
+        le=4.0,
+        description="a replica takes a request while its in-flight load stays within "
+        "this times the mean; above it the key spills to its next replica",
+    )
+    load_ttl_ms: int = Field(
+        50, ge=1, le=10000, description="how long a replica's probed load is reused"
+    )
+    router_replicas: int = Field(
+        2, ge=1, le=16, description="Ray's ingress router replicas HAProxy asks (no shared state)"
+    )
+    body_limit_bytes: int = Field(
+        1 << 20,
+        ge=1 << 16,
+        le=1 << 26,
+        description="HAProxy's buffer (tune.bufsize, every connection's): a request body "
+        "longer than this reaches the router cut short and is balanced by load only",
+    )
+
+
 class Serving(_Strict):
     """How requests reach the engine (see serving/app.py)."""
 
@@ -162,6 +195,27 @@ class Serving(_Strict):
     stream_batching_interval_ms: int = Field(
         0, ge=0, description="Ray Serve LLM's stream-chunk batching (ingress path only)"
     )
+    routing: Literal["default", "prefix"] = Field(
+        "default",
+        description="default: HAProxy's leastconn over the replicas; prefix: requests "
+        "sharing a prefix (a conversation, a system prompt with its first turn) go to one "
+        "replica, within a load bound (serving/routing/)",
+    )
+    prefix: PrefixRouting = PrefixRouting()
+
+    def prefix_routing(self) -> PrefixRouting | None:
+        """The prefix router's settings when ``routing`` is ``prefix``, else None."""
+        return self.prefix if self.routing == "prefix" else None
+
+    @model_validator(mode="after")
+    def _prefix_needs_the_direct_path(self) -> Serving:
+        if self.routing == "prefix" and (self.path != "direct" or self.proxy == "python"):
+            raise ValueError(
+                "routing 'prefix' needs path 'direct' and the HAProxy proxy: HAProxy asks "
+                "Ray's ingress router for each request's replica (Ray 2.60 rejects a "
+                "request router on any other ingress)"
+            )
+        return self
 
 
 class Monitoring(_Strict):

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psutil
 
+    from serving.preset import PrefixRouting
+
 HAPROXY = "haproxy"
 PYTHON = "python"
 
@@ -44,10 +46,13 @@ def resolve(choice: str) -> str:
     return choice
 
 
-def environment(proxy: str) -> dict[str, str]:
+def environment(proxy: str, prefix: PrefixRouting | None = None) -> dict[str, str]:
+    """The switches for ``proxy``; with ``prefix`` (``serving.routing: prefix``) also
+    those of HAProxy's call to the ingress router (prefix_routing_environment)."""
     if proxy != HAPROXY:
         return {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
-    return {
+    extra = prefix_routing_environment(prefix) if prefix else {}
+    return extra | {
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
         # Retry on another replica when one refuses the connection (gone), closes it
         # without an answer (died mid-request) or answers 503 (busy, or its engine died:
@@ -62,6 +67,17 @@ def environment(proxy: str) -> dict[str, str]:
         # start-up, ...): measured p90 TTFT at c=8 1.16x vLLM's server with it, 1.42x
         # without, same throughput (docs/benchmarks.md).
         "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    }
+
+
+def prefix_routing_environment(prefix: PrefixRouting) -> dict[str, str]:
+    """HAProxy hands each request's body to Ray's ingress router, which routes on it
+    (ray/serve/_private/constants.py; the Lua action reads the body up to tune.bufsize,
+    ingress_request_router.lua.tmpl). tune.bufsize is every connection's buffer, so it is
+    bounded: a longer body is cut, and the router balances it by load only."""
+    return {
+        "RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY": "1",
+        "RAY_SERVE_HAPROXY_INGRESS_REQUEST_ROUTER_BUFSIZE": str(prefix.body_limit_bytes),
     }
 
 

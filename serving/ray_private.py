@@ -7,6 +7,10 @@ from Ray Serve LLM's internals, for the Ray release below only:
   node-initialisation task) is not exported.
 - the OpenAI ingress's FastAPI app and ``to_model_metadata``: needed only by the
   earlier layout (``serving.path: ingress``), which wraps that app in our gateway.
+- ``LLMRouter`` and ``Application._with_ingress_request_router``: the ingress router
+  HAProxy asks for each request's replica (``serving.routing: prefix``). Ray Serve LLM
+  attaches it only inside ``build_openai_app`` (core/ingress/builder.py
+  ``_build_openai_ingress_request_router``), which cannot take our server class.
 """
 
 from typing import Any
@@ -32,6 +36,23 @@ from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E4
     to_model_metadata,
 )
 from ray.llm._internal.serve.core.ingress.ingress import init as openai_ingress_app  # noqa: E402
+from ray.llm._internal.serve.core.ingress.router import LLMRouter  # noqa: E402
+
+
+def ingress_request_router(server: Any, replicas: int) -> Any:
+    """Ray's ingress router in front of ``server`` (an Application), deployed as Ray
+    Serve LLM deploys it (builder.py: no CPU, so it fits beside the proxy on any node;
+    max_ongoing_requests 1000, since it sits on every request's path)."""
+    from ray import serve
+
+    deployment = serve.deployment(
+        LLMRouter,
+        name="Dsv4Router",
+        num_replicas=replicas,
+        max_ongoing_requests=1000,
+        ray_actor_options={"num_cpus": 0},
+    )
+    return deployment.bind(server=server)
 
 
 class SkipNodeInit(CallbackBase):
@@ -43,4 +64,9 @@ class SkipNodeInit(CallbackBase):
         self.ctx.run_init_node = False
 
 
-__all__: list[Any] = ["SkipNodeInit", "openai_ingress_app", "to_model_metadata"]
+__all__: list[Any] = [
+    "SkipNodeInit",
+    "ingress_request_router",
+    "openai_ingress_app",
+    "to_model_metadata",
+]

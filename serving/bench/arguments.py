@@ -108,6 +108,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--switch-concurrency", type=positive_int, default=8, help="the switch run's concurrency"
     )
     parser.add_argument(
+        "--routing",
+        action="store_true",
+        help="the prefix-routing bench: conversations sharing a long system prompt that "
+        "grow turn by turn, plus unrelated prompts (--conversations ...), on each arm in turn: "
+        "--local ray-app ray-app-prefix ray-app-single (two replicas each but the last, which "
+        "gives the ideal hit rate) and/or --target NAME=URL (a running deployment)",
+    )
+    parser.add_argument("--conversations", type=positive_int, default=16)
+    parser.add_argument("--turns", type=positive_int, default=4, help="per conversation")
+    parser.add_argument(
+        "--system-words", type=positive_int, default=1200, help="the shared system prompt"
+    )
+    parser.add_argument("--user-words", type=positive_int, default=60, help="per user turn")
+    parser.add_argument(
+        "--unrelated", type=non_negative_int, default=16, help="one-turn requests of their own"
+    )
+    parser.add_argument(
         "--cold-starts",
         type=int,
         default=0,

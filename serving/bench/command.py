@@ -17,7 +17,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from model_overrides.spec_guard_config import LOG_ENV
-from serving.bench import guard_bench, local, report, workloads
+from serving.bench import guard_bench, local, report, routing_bench, workloads
+from serving.bench.conversations import ConversationWorkload
 from serving.bench.load import Target
 from serving.bench.machine import client_machine
 from serving.bench.prompts import synthetic_prompts
@@ -57,11 +58,17 @@ def parse_target(spec: str, api_key: str) -> Target:
 FAMILIES_SETS = ("model.golden_drafts=families", "model.source=.cache/models/golden-families")
 
 
+# The routing bench's arms: two replicas (ray-app-single sets one), cached tokens reported.
+ROUTING_BENCH_SETS = ("deployment.replicas=2", *routing_bench.ROUTING_SETS)
+
+
 def bench_setup(args: argparse.Namespace) -> LocalSetup | None:
     """The local targets' preset with the bench's overrides; every kind checked."""
     if not args.local:
         return None
     sets = [*FAMILIES_SETS, *args.set] if args.workloads else args.set
+    if args.routing:
+        sets = [*ROUTING_BENCH_SETS, *args.set]
     try:
         setup = local_setup(
             args.preset,
@@ -128,6 +135,47 @@ def check_workloads(args: argparse.Namespace, setup: LocalSetup | None) -> None:
         raise BenchError("--switch-requests must be at least 3x --switch-concurrency")
 
 
+def run_routing(args: argparse.Namespace, targets: list[Target], setup: LocalSetup | None) -> int:
+    """The prefix-routing bench (serving/bench/routing_bench.py): each arm in turn."""
+    from serving.golden import GoldenDesign
+
+    if args.workloads:
+        raise BenchError("--routing and --workloads are separate benches: run one")
+    for kind in args.local:
+        if not kind.startswith("ray-app"):
+            raise BenchError(f"--routing compares Ray Serve apps: {kind!r} is not one")
+    workload = ConversationWorkload(
+        conversations=args.conversations,
+        turns=args.turns,
+        system_words=args.system_words,
+        user_words=args.user_words,
+        unrelated=args.unrelated,
+        max_tokens=args.max_tokens,
+        concurrency=max(args.concurrency),
+    )
+    if setup:
+        _ensure_model(setup)
+    with tempfile.TemporaryDirectory(prefix="dsv4-bench-") as tmp:
+        logs = Path(args.logs or tmp)
+        logs.mkdir(parents=True, exist_ok=True)
+        result = routing_bench.run_all(
+            setup,
+            list(args.local),
+            targets,
+            workload,
+            args.rounds,
+            GoldenDesign().words,
+            logs,
+            _progress,
+        )
+    result |= {"argv": sys.argv, "client_machine": client_machine()}
+    for path in routing_bench.write(result, Path(args.out)):
+        _progress(f"wrote {path}")
+    print(routing_bench.markdown(result))
+    failed = any(arm["failed"] for arm in result["arms"].values())
+    return 1 if failed or result["start_errors"] else 0
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     api_key = os.environ.get(args.api_key_env, "none")
@@ -138,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise BenchError(f"target names must be unique, got {names}")
     setup = bench_setup(args)
+    if args.routing:
+        return run_routing(args, targets, setup)
     check_workloads(args, setup)
     plan = bench_plan(args)
     deadline = started + args.budget_s - STOP_RESERVE_S if args.budget_s else None

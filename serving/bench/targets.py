@@ -41,6 +41,9 @@ DEFAULT_KV_CACHE_GIB = 2.0
 RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "ray-app": ([], {}),
     "ray-app-python-proxy": (["serving.proxy=python"], {}),
+    # Prefix-aware routing (serving/routing), and one replica: the routing bench's ideal.
+    "ray-app-prefix": (["serving.routing=prefix"], {}),
+    "ray-app-single": (["deployment.replicas=1"], {}),
     # Ray's throughput switches one by one, and the bundle off (it is on by default).
     "ray-app-no-throughput-bundle": ([], {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0"}),
     "ray-app-gc-frozen-only": (

@@ -7,7 +7,7 @@ from typing import Any
 
 from serving.llm_config import RAY_ACCELERATOR_TYPES
 from serving.preset import GPUS_PER_NODE, Preset, list_presets, load_preset
-from serving.proxy import HAPROXY, environment
+from serving.proxy import HAPROXY, environment, prefix_routing_environment
 
 PLATFORMS = {"nvidia": "cuda", "amd": "rocm"}
 
@@ -66,6 +66,9 @@ def preset_row(name: str) -> dict[str, Any]:
         "servingPath": preset.serving.path,
         "proxy": pod_proxy(preset),
         "proxyEnv": environment(pod_proxy(preset)),
+        # What `serving.routing: prefix` adds (the chart's `routing` value picks it).
+        "routing": preset.serving.routing,
+        "prefixRoutingEnv": prefix_routing_environment(preset.serving.prefix),
     }
 
 

@@ -32,6 +32,12 @@ class Serve(_Strict):
         description="preset overrides, key.path=value, as `dsv4-serve --set`",
     )
     port: int = Field(8000, ge=1, le=65535, description="Ray Serve HTTP port (the API)")
+    routing: Literal["", "default", "prefix"] = Field(
+        "",
+        description="how requests reach the replicas (the preset's serving.routing when "
+        "empty): default, HAProxy's leastconn; prefix, requests sharing a prefix go to one "
+        "replica within a load bound (sets HAProxy's body forwarding on every pod)",
+    )
 
 
 class ImageRef(_Strict):

@@ -17,6 +17,7 @@ from ray.serve.llm import LLMServer
 from serving.gateway import guard_metrics
 from serving.gateway.admission import EngineLiveness
 from serving.gateway.metrics import REGISTRY, publish_engine_status
+from serving.gateway.replica_header import ReplicaHeader, this_replica
 from serving.gateway.routes import enabled_features
 from serving.gateway.stack import GatewayOptions, start_metrics_server, wrap_app
 
@@ -45,6 +46,8 @@ class Dsv4Server(LLMServer):
         features = enabled_features(self._llm_config.engine_kwargs)
         models = [self._llm_config.model_id]
         wrap_app(app, models=models, options=self._gateway, liveness=liveness, features=features)
+        if replica := this_replica():  # outermost: errors from the gateway carry it too
+            app.add_middleware(ReplicaHeader, replica_id=replica)
         return app
 
     async def _engine_alive(self) -> bool:

@@ -5,7 +5,9 @@
 - the inline HC contract (dsv4-cuda-hc-path) at k = 2, to compare with the deferred one;
 - the numeric variant and its one-ulp jitter (GPU against the CPU's log-probabilities);
 - the clamp variant and its jitter (vLLM's Hopper MoE against plain-torch DSV4);
-- the designed model in DeepSeek-V4's FP8 release format (DeepseekV4FP8Config) at k = 2.
+- the designed model in DeepSeek-V4's FP8 release format (DeepseekV4FP8Config) at k = 2;
+- prefix caching on the numeric variant at k = 2 and k = 0 (tests/support/prefix_cases.py):
+  each prompt served cold, then from the cache.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from serving.golden import GoldenDesign
 from tests.gpu.pool import Job
 from tests.support.golden_prompts import prompt_of
+from tests.support.prefix_cases import runner_spec
 
 # Several engines share the GPU: each gets a fixed KV budget instead of a share of free memory.
 # max_num_seqs 8 (the batches here): fewer CUDA-graph sizes to capture than the preset's 128.
@@ -70,6 +73,17 @@ def clamp_job(name: str, model: Path) -> Job:
     )
 
 
+def prefix_cache_name(k: int) -> str:
+    return f"prefix-cache-k{k}-graphs"
+
+
+def prefix_cache_job(model: Path, k: int) -> Job:
+    """Cold and cache-hit runs chunked alike (256 tokens a step: a hit starts on a block)."""
+    engine = {**ENGINE, "max_num_batched_tokens": 256, "enable_prefix_caching": True}
+    spec = runner_spec(str(model), "native", k, engine)
+    return Job(prefix_cache_name(k), "tests.support.prefix_cache_runner", [json.dumps(spec)])
+
+
 def warmup_job(models: dict[str, Path]) -> Job:
     """The job every other one follows (it fills the kernel caches)."""
     return golden_job(designed_name(2, False), models["designed"], 2)
@@ -92,5 +106,7 @@ def all_jobs(models: dict[str, Path]) -> list[Job]:
         clamp_job("clamp", models["clamp"]),
         clamp_job("clamp-jitter", models["clamp-jitter"]),
         Job(FP8, "tests.support.fp8_runner", [str(models["fp8"]), json.dumps(ENGINE)]),
+        prefix_cache_job(models["numeric"], 2),
+        prefix_cache_job(models["numeric"], 0),
     ]
     return jobs

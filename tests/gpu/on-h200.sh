@@ -8,6 +8,12 @@
 #   tests/gpu/on-h200.sh bench   # docs/bench-gpu: vLLM's server at k=0..3 and the Ray app
 #   tests/gpu/on-h200.sh guard   # docs/bench-guard-gpu: static k, vLLM's batch table and the
 #                                # speculation guard on the designed-acceptance workloads
+#   tests/gpu/on-h200.sh prefix  # the suite's prefix-caching jobs only (after the warm-up
+#                                # engine): tests/gpu/test_gpu_prefix_caching.py, prefix.tgz
+#   tests/gpu/on-h200.sh routing # docs/bench-routing-gpu: default vs prefix routing on two
+#                                # replicas of gpu-golden, one replica as the ideal (started
+#                                # in the background: it outlasts one call; poll with `wait`)
+#   tests/gpu/on-h200.sh wait    # what the background routing bench has written so far
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
 # specific to the lent machine but the kit's environment file.
@@ -92,6 +98,35 @@ guard)
     cp "$work/guard.log" "$work/bench-guard-gpu/" 2>/dev/null
     tar czf "$OUT/bench-guard-gpu.tgz" -C "$work" bench-guard-gpu
     echo "guard bench exit $rc"
+    ;;
+prefix)
+    export DSV4_GPU_OUT=$work/prefix DSV4_GPU_JOBS='prefix-cache-.*'
+    mkdir -p "$work/prefix"
+    timeout "${SUITE_TIMEOUT:-500}" python3 -m pytest -ra -m gpu tests/gpu/test_gpu_prefix_caching.py \
+        -p no:cacheprovider -s "--junitxml=$work/prefix/junit.xml" 2>&1 | tee "$work/prefix/test.log"
+    rc=${PIPESTATUS[0]}
+    tar czf "$OUT/prefix.tgz" -C "$work" prefix
+    echo "prefix exit $rc"
+    ;;
+routing)
+    rm -rf "$work/bench-routing-gpu"
+    mkdir -p "$work/bench-routing-gpu"
+    setsid nohup timeout "${BENCH_TIMEOUT:-1200}" python3 -m serving.cli bench --routing \
+        --preset gpu-golden --local ray-app ray-app-prefix ray-app-single \
+        --conversations "${CONVERSATIONS:-32}" --turns 4 --system-words 1500 --unrelated 16 \
+        --concurrency 16 --max-tokens 32 --rounds "${BENCH_ROUNDS:-1}" \
+        --logs "$work/bench-routing-gpu/logs" --out "$work/bench-routing-gpu" \
+        > "$work/bench-routing-gpu/bench.log" 2>&1 < /dev/null &
+    sleep 5
+    tail -3 "$work/bench-routing-gpu/bench.log"
+    ;;
+wait)
+    until [ -f "$work/bench-routing-gpu/routing.json" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
+        sleep 10
+    done
+    tail -15 "$work/bench-routing-gpu/bench.log"
+    tar czf "$OUT/bench-routing-gpu.tgz" --exclude=logs -C "$work" bench-routing-gpu
+    tar czf "$OUT/bench-routing-logs.tgz" -C "$work/bench-routing-gpu" logs 2>/dev/null
     ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -113,12 +113,18 @@ autoscale: {{ lt $min $max }}
 {{- define "dsv4.chartSets" -}}
 {{- $s := include "dsv4.scaling" . | fromYaml -}}
 - {{ printf "model.source=%s" (include "dsv4.modelPath" .) | quote }}
+- {{ printf "serving.routing=%s" (include "dsv4.routing" .) | quote }}
 {{- if $s.autoscale }}
 - {{ printf "deployment.autoscaling={min_replicas: %d, max_replicas: %d, target_ongoing_requests: %d}" (int $s.min) (int $s.max) (int $s.target) | quote }}
 {{- else }}
 - "deployment.autoscaling=null"
 - {{ printf "deployment.replicas=%d" (int $s.max) | quote }}
 {{- end }}
+{{- end }}
+
+{{/* The routing policy: serve.routing, else the preset's. */}}
+{{- define "dsv4.routing" -}}
+{{- .Values.serve.routing | default (include "dsv4.preset" . | fromYaml).routing -}}
 {{- end }}
 
 {{/* Ray Serve config: the same document as `dsv4-serve render-serve-config`. */}}
@@ -177,7 +183,7 @@ HAProxy's included (ray/serve/_private/constants.py defaults). */}}
 {{- $_ := set $seen (toString $port) $name }}
 {{- end }}
 {{- /* serve.set must not resize what the worker group is sized from. */}}
-{{- $owned := dict "deployment.replicas" "use workers.minReplicas/maxReplicas: they size the worker group too" "deployment.autoscaling" "use workers.minReplicas/maxReplicas/targetOngoingRequests: they size the worker group too" "accelerator" "the worker group's GPUs come from the preset: choose another preset" "parallelism" "the worker group's GPUs and hosts come from the preset: choose another preset" "model.source" "use model.path" "serving.proxy" "the pods' environment selects the proxy before Ray starts (files/presets.yaml proxyEnv): choose it in the preset" "serving.path" "the chart's probes, ports and scrape targets follow the direct layout (the engine replica is the ingress)" }}
+{{- $owned := dict "deployment.replicas" "use workers.minReplicas/maxReplicas: they size the worker group too" "deployment.autoscaling" "use workers.minReplicas/maxReplicas/targetOngoingRequests: they size the worker group too" "accelerator" "the worker group's GPUs come from the preset: choose another preset" "parallelism" "the worker group's GPUs and hosts come from the preset: choose another preset" "model.source" "use model.path" "serving.proxy" "the pods' environment selects the proxy before Ray starts (files/presets.yaml proxyEnv): choose it in the preset" "serving.path" "the chart's probes, ports and scrape targets follow the direct layout (the engine replica is the ingress)" "serving.routing" "use serve.routing: it sets the pods' environment before Ray starts too" "serving.prefix.body_limit_bytes" "it is HAProxy's buffer size, set in the pods' environment before Ray starts (files/presets.yaml prefixRoutingEnv): choose it in the preset" }}
 {{- range $i, $item := .Values.serve.set }}
 {{- $key := regexReplaceAll "=.*$" $item "" | trim }}
 {{- range $prefix, $hint := $owned }}

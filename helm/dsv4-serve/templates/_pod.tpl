@@ -72,8 +72,16 @@ env:
   # The proxy in front of the replicas (HAProxy: one per node with a Serve proxy, on the
   # Serve port). Every Ray process reads it at import, so it is set before `ray start`:
   # the preset's serving/proxy.py environment(), from files/presets.yaml.
-  {{- range $name, $value := (include "dsv4.preset" $ | fromYaml).proxyEnv }}
+  {{- $row := include "dsv4.preset" $ | fromYaml }}
+  {{- range $name, $value := $row.proxyEnv }}
   - {name: {{ $name }}, value: {{ $value | quote }}}
+  {{- end }}
+  {{- /* serving.routing prefix: HAProxy hands each body to Ray's ingress router
+  (serving/proxy.py prefix_routing_environment). */}}
+  {{- if eq (include "dsv4.routing" $) "prefix" }}
+  {{- range $name, $value := $row.prefixRoutingEnv }}
+  - {name: {{ $name }}, value: {{ $value | quote }}}
+  {{- end }}
   {{- end }}
 lifecycle:
   # Let the Service drop this pod before Ray stops, so in-flight requests drain.

@@ -1,0 +1,225 @@
+"""`dsv4-serve bench --routing`: default routing against prefix routing on the
+conversation workload (serving/bench/conversations.py), with a single replica as the
+ideal hit rate.
+
+Local Ray apps cannot run side by side here (each one's HAProxy binds the same stats
+and metrics ports), so the arms take turns: every round starts each arm's app (in an
+order that rotates from round to round), plays the same workload once on a cold cache
+and stops it. Running endpoints (``--target NAME=URL``) are played in the same turns.
+
+The figures are ratios of arms measured in the same run: prefix routing's hit rate
+against the single replica's, its time to first token on the conversation turns and its
+throughput against default routing's, and the largest share of requests one replica took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from serving.bench import local
+from serving.bench.conversations import Client, ConversationWorkload, Turn, run_sessions, sessions
+from serving.bench.load import Target
+from serving.bench.targets import LocalSetup, local_specs
+
+DEFAULT, PREFIX, SINGLE = "ray-app", "ray-app-prefix", "ray-app-single"
+TARGET_HIT_VS_IDEAL = 0.8
+TARGET_TTFT_GAIN = 1.5
+TARGET_THROUGHPUT = 1.0
+TARGET_MAX_SHARE = 0.6
+# Every local arm needs these (`up --set`): cached tokens in each response's usage.
+ROUTING_SETS = ("engine_args.enable_prompt_tokens_details=true",)
+Progress = Callable[[str], None]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def summarise(turns: list[Turn], wall_s: float) -> dict:
+    """One arm's round (or several rounds' turns together) in figures."""
+    ok = [t for t in turns if t.ok]
+    counted = [t for t in ok if t.cached_tokens is not None]
+    replicas: dict[str, dict] = {}
+    for t in ok:
+        r = replicas.setdefault(t.replica or "?", {"requests": 0, "prompt": 0, "cached": 0})
+        r["requests"] += 1
+        r["prompt"] += t.prompt_tokens if t.cached_tokens is not None else 0
+        r["cached"] += t.cached_tokens or 0
+    for r in replicas.values():
+        r["share"] = r["requests"] / len(ok) if ok else 0.0
+        r["hit_rate"] = r["cached"] / r["prompt"] if r["prompt"] else None
+
+    def ttft(shared: bool) -> dict:
+        values = [t.ttft_s for t in ok if t.shared == shared and t.ttft_s is not None]
+        return {"p50_s": percentile(values, 50), "p90_s": percentile(values, 90), "n": len(values)}
+
+    prompt = sum(t.prompt_tokens for t in counted)
+    return {
+        "requests": len(turns),
+        "failed": len(turns) - len(ok),
+        "errors": sorted({t.error for t in turns if t.error})[:5],
+        "hit_rate": sum(t.cached_tokens for t in counted) / prompt if prompt else None,
+        "ttft_shared": ttft(True),
+        "ttft_unrelated": ttft(False),
+        "output_tokens_per_s": sum(t.output_tokens for t in ok) / wall_s if wall_s else 0.0,
+        "requests_per_s": len(ok) / wall_s if wall_s else 0.0,
+        "wall_s": wall_s,
+        "replicas": replicas,
+        "max_share": max((r["share"] for r in replicas.values()), default=None),
+    }
+
+
+def compare(arms: dict[str, dict]) -> dict:
+    """The issue's targets as ratios of arms measured in the same run (None: an arm is missing)."""
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    prefix, default, single = arms.get(PREFIX), arms.get(DEFAULT), arms.get(SINGLE)
+    out: dict = {}
+    if prefix and single:
+        out["hit_rate_vs_ideal"] = ratio(prefix["hit_rate"], single["hit_rate"])
+    if prefix and default:
+        out["ttft_p50_gain_shared"] = ratio(
+            default["ttft_shared"]["p50_s"], prefix["ttft_shared"]["p50_s"]
+        )
+        out["ttft_p90_gain_shared"] = ratio(
+            default["ttft_shared"]["p90_s"], prefix["ttft_shared"]["p90_s"]
+        )
+        out["throughput_vs_default"] = ratio(
+            prefix["output_tokens_per_s"], default["output_tokens_per_s"]
+        )
+    if prefix:
+        out["prefix_max_share"] = prefix["max_share"]
+    met = {
+        "hit_rate_vs_ideal": TARGET_HIT_VS_IDEAL,
+        "ttft_p50_gain_shared": TARGET_TTFT_GAIN,
+        "throughput_vs_default": TARGET_THROUGHPUT,
+    }
+    out["met"] = {k: out[k] >= v for k, v in met.items() if out.get(k) is not None}
+    if out.get("prefix_max_share") is not None:
+        out["met"]["prefix_max_share"] = out["prefix_max_share"] <= TARGET_MAX_SHARE
+    return out
+
+
+def _play(target: Target, workload: ConversationWorkload, words: list[str], progress) -> dict:
+    def note(done: int, total: int) -> None:
+        if done == total or done % 20 == 0:
+            progress(f"{target.name}: {done}/{total} turns")
+
+    cfg = Client(target.base_url, target.model, target.api_key)
+    turns, wall = asyncio.run(run_sessions(cfg, workload, sessions(workload, words), note))
+    return {"turns": [t.row() for t in turns], "wall_s": wall}
+
+
+def run_all(
+    setup: LocalSetup | None,
+    kinds: list[str],
+    remote: list[Target],
+    workload: ConversationWorkload,
+    rounds: int,
+    words: list[str],
+    logs: Path,
+    progress: Progress,
+) -> dict:
+    """Every arm once per round, the local ones each in its own fresh app."""
+    played: dict[str, list[dict]] = {name: [] for name in [*kinds, *(t.name for t in remote)]}
+    starts: dict[str, list[float]] = {kind: [] for kind in kinds}
+    errors: dict[str, dict] = {}
+    arms = [*kinds, *(t.name for t in remote)]
+    for index in range(rounds):
+        order = arms[index % len(arms) :] + arms[: index % len(arms)]
+        progress(f"round {index + 1}/{rounds}: {', '.join(order)}")
+        for name in order:
+            remote_target = next((t for t in remote if t.name == name), None)
+            if remote_target is not None:
+                played[name].append(_play(remote_target, workload, words, progress))
+                continue
+            spec = local_specs([name], setup)[0]
+            servers, failed = local.start_all([spec], logs, progress)
+            if failed:
+                errors[name] = failed[name]
+                continue
+            try:
+                starts[name].append(servers[0].ready_seconds)
+                played[name].append(_play(servers[0].target, workload, words, progress))
+            finally:
+                local.stop_all([s.proc for s in servers], 60)
+    summary = {}
+    for name, results in played.items():
+        if not results:
+            continue
+        per_round = [summarise([Turn(**row) for row in r["turns"]], r["wall_s"]) for r in results]
+        summary[name] = {
+            **summarise(
+                [Turn(**row) for r in results for row in r["turns"]],
+                sum(r["wall_s"] for r in results),
+            ),
+            "rounds": per_round,
+            "ready_s": statistics.median(starts[name]) if starts.get(name) else None,
+        }
+    return {
+        "workload": workload.__dict__,
+        "rounds": rounds,
+        "arms": summary,
+        "compare": compare(summary),
+        "start_errors": errors,
+        "raw": played,
+        "setup": setup.summary() if setup else None,
+    }
+
+
+def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value * 1000:.0f} ms" if unit == "ms" else f"{value:.{digits}f}{unit}"
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "| arm | requests (failed) | hit rate | TTFT p50 / p90 conversation turns | "
+        "TTFT p50 unrelated | output tok/s | requests per replica (hit rate) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, arm in result["arms"].items():
+        per_replica = ", ".join(
+            f"{r['requests']} ({_fmt(r['hit_rate'])})" for r in arm["replicas"].values()
+        )
+        ttft, alone = arm["ttft_shared"], arm["ttft_unrelated"]
+        lines.append(
+            f"| {name} | {arm['requests']} ({arm['failed']}) | {_fmt(arm['hit_rate'])} | "
+            f"{_fmt(ttft['p50_s'], 'ms')} / {_fmt(ttft['p90_s'], 'ms')} | "
+            f"{_fmt(alone['p50_s'], 'ms')} | {arm['output_tokens_per_s']:.1f} | {per_replica} |"
+        )
+    cmp = result["compare"]
+    lines += [
+        "",
+        f"- prefix hit rate / single replica's: {_fmt(cmp.get('hit_rate_vs_ideal'))} "
+        f"(target >= {TARGET_HIT_VS_IDEAL})",
+        f"- TTFT p50 on conversation turns, default / prefix: "
+        f"{_fmt(cmp.get('ttft_p50_gain_shared'))}x (target >= {TARGET_TTFT_GAIN}); p90 "
+        f"{_fmt(cmp.get('ttft_p90_gain_shared'))}x",
+        f"- throughput, prefix / default: {_fmt(cmp.get('throughput_vs_default'))} "
+        f"(target >= {TARGET_THROUGHPUT})",
+        f"- largest share of requests on one replica with prefix routing: "
+        f"{_fmt(cmp.get('prefix_max_share'))} (target <= {TARGET_MAX_SHARE})",
+        f"- targets met: {cmp.get('met')}",
+    ]
+    return "\n".join(lines)
+
+
+def write(result: dict, out: Path) -> list[Path]:
+    from serving.bench.routing_plots import plot_all
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "routing.json", out / "routing.md"]
+    paths[0].write_text(json.dumps(result, indent=2, sort_keys=True))
+    paths[1].write_text(markdown(result) + "\n")
+    return paths + plot_all(result, out)

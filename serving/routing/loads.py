@@ -1,0 +1,84 @@
+"""Requests in flight per replica, as the router sees them.
+
+Each replica reports its ongoing requests (Serve's queue-length probe, ``RunningReplica
+.get_queue_len``; direct-ingress requests count there too, ray/serve/_private/
+replica.py ``_change_num_ongoing_requests``). Probes are cached for ``ttl_s`` and
+refreshed in the background, so the routing call does not wait for them except the
+first time. Requests this router placed are added on top until a probe sent at least
+``grace_s`` after them has answered: a placed request reaches its replica only after
+HAProxy forwards it, so a probe sent right after the placement does not count it yet.
+Counting a request twice for a moment only makes a key spill a little early.
+"""
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+
+class Replica(Protocol):
+    """What the tracker needs of Ray's ``RunningReplica``."""
+
+    @property
+    def replica_id(self) -> Any: ...
+
+    async def get_queue_len(self, *, deadline_s: float) -> int: ...
+
+
+def replica_key(replica: Replica) -> str:
+    return replica.replica_id.unique_id
+
+
+class ReplicaLoads:
+    def __init__(
+        self,
+        ttl_s: float = 0.05,
+        deadline_s: float = 0.5,
+        grace_s: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_s, self.deadline_s, self.grace_s, self.clock = ttl_s, deadline_s, grace_s, clock
+        self._probed: dict[str, tuple[float, int]] = {}  # replica -> (sent, ongoing)
+        self._placed: dict[str, deque[float]] = {}  # replica -> when we placed requests
+        self._refresh: asyncio.Task | None = None
+
+    async def current(self, replicas: Sequence[Replica]) -> dict[str, int]:
+        """In flight per replica: the last probe plus what we placed since."""
+        unknown = [r for r in replicas if replica_key(r) not in self._probed]
+        if unknown:
+            await self._probe(unknown)
+        now = self.clock()
+        stale = [
+            r for r in replicas if now - self._probed.get(replica_key(r), (0, 0))[0] > self.ttl_s
+        ]
+        if stale and (self._refresh is None or self._refresh.done()):
+            self._refresh = asyncio.get_running_loop().create_task(self._probe(stale))
+        return {replica_key(r): self._load(replica_key(r)) for r in replicas}
+
+    def _load(self, key: str) -> int:
+        sent, ongoing = self._probed.get(key, (0.0, 0))
+        placed = self._placed.get(key)
+        while placed and placed[0] < sent - self.grace_s:  # the probe counts these
+            placed.popleft()
+        return ongoing + len(placed or ())
+
+    def placed(self, replica_id: str) -> None:
+        self._placed.setdefault(replica_id, deque()).append(self.clock())
+
+    async def _probe(self, replicas: Sequence[Replica]) -> None:
+        sent = self.clock()
+        results = await asyncio.gather(
+            *(r.get_queue_len(deadline_s=self.deadline_s) for r in replicas),
+            return_exceptions=True,
+        )
+        for replica, result in zip(replicas, results, strict=True):
+            key = replica_key(replica)
+            if isinstance(result, BaseException):
+                continue  # keep the last reading; Serve drops a dead replica itself
+            self._probed[key] = (sent, int(result))
+
+    def forget(self, live: set[str]) -> None:
+        for table in (self._probed, self._placed):
+            for key in [k for k in table if k not in live]:
+                del table[key]

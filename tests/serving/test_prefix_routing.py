@@ -1,0 +1,141 @@
+"""Prefix routing (``serving.routing: prefix``) on two replicas of the golden model
+behind HAProxy and Ray's ingress router, end to end with the ``openai`` client:
+- every turn of a conversation lands on one replica and reuses its prefix cache there
+  (``usage.prompt_tokens_details.cached_tokens``), and the conversations spread over
+  both replicas; the texts are the golden model's;
+- one hot key fills its replica to the load bound and spills to the other;
+- the failover scenarios of tests/serving/test_failover.py pass with the router in the
+  path: a killed replica process, a dead engine inside a living replica; the sessions
+  of the dead replica move to the survivor and complete.
+"""
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from serving.bench.conversations import Client, ConversationWorkload, run_sessions, sessions
+from serving.golden import GoldenDesign
+from tests.support.failover import MODEL, fail_one, wait_for_replicas_up
+from tests.support.ray_app import ray_app
+
+pytestmark = pytest.mark.slow
+KEY = "prefix-routing-key-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+FIGURES: dict = {}
+SETS = [
+    "deployment.replicas=2",
+    "serving.routing=prefix",
+    "engine_args.enable_prompt_tokens_details=true",
+]
+WORKLOAD = ConversationWorkload(
+    conversations=6, turns=3, system_words=800, user_words=40, unrelated=0, max_tokens=6
+)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("prefix-routing")
+    extra = [arg for assignment in SETS for arg in ("--set", assignment)]
+    with ray_app(tmp / "up.log", KEY, extra=extra) as running:
+        running["tmp"], running["auth"] = tmp, AUTH
+        wait_for_replicas_up(2, 300)
+        yield running
+    (tmp / "routing.json").write_text(json.dumps(FIGURES, indent=2))
+    print("prefix routing figures:", json.dumps(FIGURES, indent=2))
+
+
+def play(app, workload: ConversationWorkload = WORKLOAD, seed: int = 0):
+    workload = ConversationWorkload(**{**workload.__dict__, "seed": seed})
+    client = Client(f"{app['base']}/v1", MODEL, KEY)
+    all_sessions = sessions(workload, GoldenDesign().words)
+    turns, _ = asyncio.run(run_sessions(client, workload, all_sessions))
+    return all_sessions, turns
+
+
+def test_up_says_the_router_runs(app):
+    log = Path(app["log"]).read_text()
+    assert "routing prefix" in log and "Dsv4Router: HEALTHY" in log
+
+
+def test_conversations_stick_to_a_replica_and_reuse_its_cache(app, golden_design):
+    _, turns = play(app)
+    assert all(t.ok for t in turns), [t.error for t in turns if not t.ok]
+    assert all(t.text == golden_design.chat_reply(WORKLOAD.max_tokens) for t in turns)
+    by_session: dict[str, set[str]] = {}
+    for t in turns:
+        by_session.setdefault(t.session, set()).add(t.replica)
+    assert all(len(replicas) == 1 for replicas in by_session.values()), by_session
+    homes = Counter(next(iter(r)) for r in by_session.values())
+    assert len(homes) == 2, homes  # six conversations: both replicas get some
+    # A later turn extends the turn before on the same replica: whole blocks from cache.
+    later = [t for t in turns if t.turn > 0]
+    assert all(t.cached_tokens and t.cached_tokens >= 512 for t in later), [
+        (t.session, t.turn, t.cached_tokens) for t in later
+    ]
+    FIGURES["sticky"] = {
+        "homes": dict(homes),
+        "cached_later_turns": sorted(t.cached_tokens for t in later),
+    }
+
+
+def test_a_hot_key_spills_to_the_other_replica_within_the_bound(app):
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "sinu tede zuto rabi"}],
+        "max_tokens": 300,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+
+    async def one(client, delay: float) -> str:
+        await asyncio.sleep(delay)
+        response = await client.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        return response.headers["x-dsv4-replica"]
+
+    async def burst() -> Counter:
+        async with httpx.AsyncClient(base_url=app["base"], headers=AUTH, timeout=300) as c:
+            return Counter(await asyncio.gather(*(one(c, 0.3 * i) for i in range(10))))
+
+    landed = asyncio.run(burst())
+    FIGURES["hot_key"] = dict(landed)
+    assert len(landed) == 2, landed  # one key, yet both replicas
+    # Bound: ceil(1.2 x (in flight + 1) / 2); two router replicas each add what they
+    # placed since the last probe, so allow one more than 6 of 10.
+    assert max(landed.values()) <= 7, landed
+
+
+def _failed_over(app, golden_design, victim: str, name: str) -> dict:
+    figures = fail_one(app, golden_design, victim)
+    FIGURES[name] = figures
+    print(name, figures)
+    endings = figures["stream_endings"]
+    assert len(endings) == 4 and "hang" not in endings, endings
+    assert not any(e.startswith("closed") for e in endings), endings  # never a silent cut
+    # The four streams share one key: at most three on a replica (the load bound), so
+    # each replica had some: the dead one's end in errors, the survivor's complete.
+    assert 1 <= endings.count("complete") <= 3, endings
+    assert figures["new_requests_after_kill"] > 10
+    failed = figures["new_requests_failed"]
+    assert len(failed) <= 2 and all(f == "RemoteProtocolError" or f[:3].isdigit() for f in failed)
+    return figures
+
+
+def test_killed_replica_process(app, golden_design):
+    _failed_over(app, golden_design, "ServeReplica:dsv4:Dsv4Server", "replica_killed")
+
+
+def test_dead_engine_inside_a_living_replica(app, golden_design):
+    wait_for_replicas_up(2, 600)
+    _failed_over(app, golden_design, "VLLM::EngineCore", "engine_core_killed")
+
+
+def test_conversations_resume_on_both_replicas_after_the_replacement(app, golden_design):
+    wait_for_replicas_up(2, 600)
+    _, turns = play(app, seed=1)
+    assert all(t.ok and t.text == golden_design.chat_reply(WORKLOAD.max_tokens) for t in turns)
+    assert len({t.replica for t in turns}) == 2

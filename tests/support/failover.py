@@ -1,0 +1,117 @@
+"""Two engine replicas behind HAProxy, one of them made to fail while streams run (test
+helper shared by tests/serving/test_failover.py and test_prefix_routing.py)."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import httpx
+
+from serving.golden import GoldenDesign
+from tests.support.golden_prompts import prompt_of
+from tests.support.streams import stream_ending
+
+MODEL = "dsv4-golden"
+HAPROXY_STATS = "http://127.0.0.1:8404/stats;csv"  # Ray's HAProxy stats frontend
+
+
+def replicas_up() -> int:
+    """Engine replicas HAProxy currently sends traffic to."""
+    try:
+        rows = httpx.get(HAPROXY_STATS, timeout=5).text.splitlines()
+    except httpx.HTTPError:
+        return 0
+    return sum(
+        1
+        for row in rows
+        if row.startswith("http-dsv4,SERVE_REPLICA_") and row.split(",")[17].startswith("UP")
+    )
+
+
+def wait_for_replicas_up(count: int, timeout_s: float) -> float:
+    started = time.monotonic()
+    while replicas_up() < count:
+        assert time.monotonic() - started < timeout_s, f"fewer than {count} replicas UP"
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def pids(pattern: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return sorted(int(p) for p in out.stdout.split())
+
+
+def stream(base: str, auth: dict, endings: list[str], max_tokens: int = 1500) -> None:
+    body = {"model": MODEL, "prompt": "neti", "max_tokens": max_tokens}
+    endings.append(stream_ending(base, auth, body, timeout=120))
+
+
+class Prober(threading.Thread):
+    """New short requests every 0.25 s while a replica fails: what a new client sees."""
+
+    def __init__(self, base: str, auth: dict, design: GoldenDesign) -> None:
+        super().__init__(daemon=True)
+        self.base, self.auth, self.design = base, auth, design
+        self.results: list[tuple[float, str]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.base, headers=self.auth, timeout=60) as client:
+            seed = 0
+            while not self.stop.is_set():
+                seed += 1
+                prompt = prompt_of(self.design, 2, seed=900 + seed)
+                body = {"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0}
+                t0 = time.monotonic()
+                try:
+                    response = client.post("/v1/completions", json=body)
+                    text = response.json()["choices"][0]["text"] if response.is_success else ""
+                    ok = text == self.design.continuation(prompt, 4)
+                    outcome = "ok" if ok else f"{response.status_code} {response.text[:120]}"
+                except httpx.HTTPError as exc:
+                    outcome = type(exc).__name__
+                self.results.append((t0, outcome))
+                time.sleep(0.25)
+
+
+def fail_one(app: dict, design: GoldenDesign, victim_pattern: str) -> dict:
+    """Four long streams, then a prober's short requests; kill the first process matching
+    ``victim_pattern`` (one per replica). ``app``: ``base`` URL and ``auth`` headers."""
+    endings: list[str] = []
+    streams = [
+        threading.Thread(target=stream, args=(app["base"], app["auth"], endings), daemon=True)
+        for _ in range(4)
+    ]
+    for t in streams:
+        t.start()
+    time.sleep(4)  # all four streaming, two per replica
+    prober = Prober(app["base"], app["auth"], design)
+    prober.start()
+    time.sleep(1)
+    victims = pids(victim_pattern)
+    assert len(victims) == 2, f"expected one {victim_pattern} per replica, found {victims}"
+    killed = time.monotonic()
+    os.kill(victims[0], signal.SIGKILL)
+    for t in streams:
+        t.join(180)
+    alone_s = None
+    while alone_s is None and time.monotonic() - killed < 600:
+        if replicas_up() < 2:
+            wait_for_replicas_up(2, 600 - (time.monotonic() - killed))
+            alone_s = time.monotonic() - killed
+        elif time.monotonic() - killed > 30:
+            alone_s = 0.0  # HAProxy never saw it go (its engine died, the replica lived)
+        time.sleep(0.25)
+    time.sleep(2)
+    prober.stop.set()
+    prober.join(60)
+    after = [outcome for t, outcome in prober.results if t >= killed]
+    figures = {
+        "stream_endings": sorted(endings),
+        "new_requests_after_kill": len(after),
+        "new_requests_failed": [o for o in after if o != "ok"],
+        "survivor_alone_s": round(alone_s, 1) if alone_s is not None else None,
+    }
+    return figures
