@@ -2,7 +2,9 @@
 kernel dispatcher where the kernel's launch arguments carry everything it needs
 (``DispatchedKernel``), else by replacing the JIT warm-up owner (``KernelSwap``)."""
 
+import ast
 import importlib
+import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +19,29 @@ def import_optional(module: str) -> ModuleType | None:
         return importlib.import_module(module)
     except ImportError:
         return None
+
+
+def source_without_import(module: str, qualname: str) -> str | None:
+    """The source of ``module.qualname`` (a function or ``Class.method``) read from the
+    module's file, without importing the module: some vLLM modules import DSV4's model
+    code at import time, which off the CPU must wait for vLLM's config
+    (model_overrides/breakable_graphs.py). None when the module or the name is missing."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    with open(spec.origin) as f:
+        text = f.read()
+    node: ast.AST = ast.parse(text)
+    for part in qualname.split("."):
+        body = getattr(node, "body", [])
+        defs = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        node = next((n for n in body if isinstance(n, defs) and n.name == part), None)
+        if node is None:
+            return None
+    return ast.get_source_segment(text, node)
 
 
 def is_cpu_platform() -> bool:

@@ -13,10 +13,14 @@ Where it hooks into vLLM 0.32 (``vllm/v1/core/sched/scheduler.py``):
   step, whether or not stats are logged: the guard's acceptance feed.
 - ``schedule`` / ``update_from_output``: the step's measured time, for the cost model.
 
-The probe reads those lines in vLLM's source; a vLLM that moved any of them is
-"unrecognised" and runs static k (safe). DP > 1 is refused, as vLLM refuses its own
-table there (ranks would pick different k). The guard is the base class's, so the async
-scheduler (GPU) gets it too.
+The probe reads those lines in vLLM's source files without importing the runner or the
+proposer: importing ``vllm.v1.worker.gpu_model_runner`` imports DSV4's model modules, and
+off the CPU that must wait for vLLM's config (model_overrides/breakable_graphs.py; measured
+on the H200: with the runner imported by the plugin, a prompt whose last prefill chunk is
+a few tokens crashed the engine in CUDA-graph replay, docs/gpu-run/2026-12-02-prefix). A
+vLLM that moved any of those lines is "unrecognised" and runs static k (safe). DP > 1 is
+refused, as vLLM refuses its own table there (ranks would pick different k). The guard is
+the base class's, so the async scheduler (GPU) gets it too.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import os
 import time
 from typing import Any
 
-from model_overrides.patches.module_attr import import_optional
+from model_overrides.patches.module_attr import import_optional, source_without_import
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 from model_overrides.spec_guard import AdaptiveK
 from model_overrides.spec_guard_config import (
@@ -149,16 +153,6 @@ def _scheduler_class() -> Any:
     return getattr(mod, "Scheduler", None) if mod else None
 
 
-def _source(module: str, qualname: str) -> str | None:
-    mod = import_optional(module)
-    obj: Any = mod
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None) if obj is not None else None
-    if obj is None:
-        return None
-    return inspect.getsource(inspect.unwrap(obj))
-
-
 def install(scheduler: Any, settings: GuardSettings) -> str | None:
     """Put the guard into a built scheduler; None when installed, else why not."""
     k_max = getattr(scheduler, "num_spec_tokens", 0)
@@ -264,7 +258,7 @@ def probe() -> Probe:
     if _is_patched(cls):
         return Probe(Need.ALREADY_APPLIED, "guard hooks in place")
     for module, qualname, needle in _SOURCE_NEEDS:
-        src = _source(module, qualname)
+        src = source_without_import(module, qualname)
         if src is None:
             return Probe(Need.UNRECOGNISED, f"{module}.{qualname} is not in this vLLM")
         if needle not in src:

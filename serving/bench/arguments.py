@@ -116,11 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "gives the ideal hit rate) and/or --target NAME=URL (a running deployment)",
     )
     parser.add_argument("--conversations", type=positive_int, default=16)
-    parser.add_argument("--turns", type=positive_int, default=4, help="per conversation")
+    parser.add_argument("--turns", type=positive_int, default=5, help="per conversation")
     parser.add_argument(
-        "--system-words", type=positive_int, default=1200, help="the shared system prompt"
+        "--system-words", type=positive_int, default=1000, help="the shared system prompt"
     )
-    parser.add_argument("--user-words", type=positive_int, default=60, help="per user turn")
+    parser.add_argument("--user-words", type=positive_int, default=250, help="per user turn")
     parser.add_argument(
         "--unrelated", type=non_negative_int, default=16, help="one-turn requests of their own"
     )

@@ -25,11 +25,11 @@ REPLICA_HEADER = "x-dsv4-replica"
 @dataclass(frozen=True)
 class ConversationWorkload:
     conversations: int = 16
-    turns: int = 4
-    system_words: int = 1200
-    user_words: int = 60
+    turns: int = 5
+    system_words: int = 1000
+    user_words: int = 250  # each turn: a document, a tool result, a long question
     unrelated: int = 16  # one-turn requests with a system prompt of their own
-    max_tokens: int = 16
+    max_tokens: int = 32
     concurrency: int = 8
     seed: int = 0
 

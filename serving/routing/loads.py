@@ -2,12 +2,14 @@
 
 Each replica reports its ongoing requests (Serve's queue-length probe, ``RunningReplica
 .get_queue_len``; direct-ingress requests count there too, ray/serve/_private/
-replica.py ``_change_num_ongoing_requests``). Probes are cached for ``ttl_s`` and
-refreshed in the background, so the routing call does not wait for them except the
-first time. Requests this router placed are added on top until a probe sent at least
-``grace_s`` after them has answered: a placed request reaches its replica only after
-HAProxy forwards it, so a probe sent right after the placement does not count it yet.
-Counting a request twice for a moment only makes a key spill a little early.
+replica.py ``_change_num_ongoing_requests``). A reading is reused for ``ttl_s``; an older
+one is refreshed before the pick (one probe at a time, shared by the picks waiting on
+it), so a key's replica is never judged on a finished request. Requests this router
+placed are added on top until a probe sent at least ``grace_s`` after them has answered:
+a placed request reaches its replica only after HAProxy forwards it, so a probe sent right
+after the placement does not count it yet. Counting a request twice for a moment only
+makes a key spill a little early; a placement HAProxy never forwarded is forgotten after
+the next probe.
 """
 
 import asyncio
@@ -34,7 +36,7 @@ class ReplicaLoads:
     def __init__(
         self,
         ttl_s: float = 0.05,
-        deadline_s: float = 0.5,
+        deadline_s: float = 0.1,
         grace_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -44,16 +46,15 @@ class ReplicaLoads:
         self._refresh: asyncio.Task | None = None
 
     async def current(self, replicas: Sequence[Replica]) -> dict[str, int]:
-        """In flight per replica: the last probe plus what we placed since."""
-        unknown = [r for r in replicas if replica_key(r) not in self._probed]
-        if unknown:
-            await self._probe(unknown)
+        """In flight per replica: a probe at most ``ttl_s`` old plus what we placed since."""
         now = self.clock()
         stale = [
-            r for r in replicas if now - self._probed.get(replica_key(r), (0, 0))[0] > self.ttl_s
+            r for r in replicas if now - self._probed.get(replica_key(r), (-1e9, 0))[0] > self.ttl_s
         ]
-        if stale and (self._refresh is None or self._refresh.done()):
-            self._refresh = asyncio.get_running_loop().create_task(self._probe(stale))
+        if stale:
+            if self._refresh is None or self._refresh.done():
+                self._refresh = asyncio.get_running_loop().create_task(self._probe(stale))
+            await asyncio.shield(self._refresh)  # a cancelled pick leaves the probe running
         return {replica_key(r): self._load(replica_key(r)) for r in replicas}
 
     def _load(self, key: str) -> int:
@@ -75,7 +76,10 @@ class ReplicaLoads:
         for replica, result in zip(replicas, results, strict=True):
             key = replica_key(replica)
             if isinstance(result, BaseException):
-                continue  # keep the last reading; Serve drops a dead replica itself
+                # Keep the last reading until the next refresh (Serve drops a dead replica
+                # itself), so a hung replica does not put a probe on every pick.
+                self._probed[key] = (sent, self._probed.get(key, (sent, 0))[1])
+                continue
             self._probed[key] = (sent, int(result))
 
     def forget(self, live: set[str]) -> None:

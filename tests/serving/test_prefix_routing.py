@@ -19,7 +19,7 @@ import pytest
 
 from serving.bench.conversations import Client, ConversationWorkload, run_sessions, sessions
 from serving.golden import GoldenDesign
-from tests.support.failover import MODEL, fail_one, wait_for_replicas_up
+from tests.support.failover import MODEL, REPLICA, fail_one, wait_for_replicas_up
 from tests.support.ray_app import ray_app
 
 pytestmark = pytest.mark.slow
@@ -31,9 +31,11 @@ SETS = [
     "serving.routing=prefix",
     "engine_args.enable_prompt_tokens_details=true",
 ]
+# Two conversations in flight: no replica goes over the load bound, so none may move.
 WORKLOAD = ConversationWorkload(
-    conversations=6, turns=3, system_words=800, user_words=40, unrelated=0, max_tokens=6
-)
+    conversations=6, turns=3, system_words=800, user_words=40, unrelated=0, max_tokens=6,
+    concurrency=2,
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +128,7 @@ def _failed_over(app, golden_design, victim: str, name: str) -> dict:
 
 
 def test_killed_replica_process(app, golden_design):
-    _failed_over(app, golden_design, "ServeReplica:dsv4:Dsv4Server", "replica_killed")
+    _failed_over(app, golden_design, REPLICA, "replica_killed")
 
 
 def test_dead_engine_inside_a_living_replica(app, golden_design):

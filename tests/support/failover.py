@@ -38,9 +38,25 @@ def wait_for_replicas_up(count: int, timeout_s: float) -> float:
     return time.monotonic() - started
 
 
+REPLICA = "ServeReplica:dsv4:Dsv4Server"
+
+
 def pids(pattern: str) -> list[int]:
+    """Processes matching ``pattern`` that belong to a live engine replica: the replica
+    itself or its children (an engine core a killed replica left behind does not count)."""
+    import psutil
+
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-    return sorted(int(p) for p in out.stdout.split())
+    found = []
+    for pid in sorted(int(p) for p in out.stdout.split()):
+        try:
+            proc = psutil.Process(pid)
+            lineage = [proc, *proc.parents()]
+            if any(REPLICA in " ".join(p.cmdline()) for p in lineage):
+                found.append(pid)
+        except psutil.Error:
+            continue
+    return found
 
 
 def stream(base: str, auth: dict, endings: list[str], max_tokens: int = 1500) -> None:

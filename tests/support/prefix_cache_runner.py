@@ -75,7 +75,7 @@ def main(spec: dict) -> dict:
         gen = out.outputs[0]
         return {
             "prompt_token_ids": list(out.prompt_token_ids),
-            "first_computed_position": min(_FORWARDED),
+            "first_computed_position": min(_FORWARDED) if _FORWARDED else None,
             "token_ids": list(gen.token_ids),
             "text": gen.text,
             "logprobs": [d[t].logprob for d, t in zip(gen.logprobs, gen.token_ids, strict=True)],

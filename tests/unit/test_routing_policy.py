@@ -144,33 +144,46 @@ class Probed:
 
 
 def test_loads_count_placements_until_a_later_probe_sees_them():
-    async def refresh(loads, replicas):
-        await loads.current(replicas)  # stale: starts the background probe
-        for _ in range(5):  # the probe task, its gathered calls, their results
-            await asyncio.sleep(0)
-
     async def scenario():
         clock = FakeClock()
         loads = ReplicaLoads(ttl_s=0.05, grace_s=0.1, clock=clock)
         a, b = Probed("a", 3), Probed("b", 0)
-        assert await loads.current([a, b]) == {"a": 3, "b": 0}  # first call waits
+        assert await loads.current([a, b]) == {"a": 3, "b": 0}  # first pick: probed
         loads.placed("b")
         loads.placed("b")
         assert await loads.current([a, b]) == {"a": 3, "b": 2}
         assert a.probes == 1  # still fresh: no probe
         # A probe right after the placements: b has not received them yet, still 2.
         clock.now = 0.06
-        await refresh(loads, [a, b])
-        assert a.probes == 2 and await loads.current([a, b]) == {"a": 3, "b": 2}
-        # Later: both reached b, a probe sent past the grace counts them once.
+        assert await loads.current([a, b]) == {"a": 3, "b": 2}
+        assert a.probes == 2
+        # Later: both reached b; a probe sent past the grace counts them once.
         clock.now, b.ongoing = 1.0, 2
-        await refresh(loads, [a, b])
-        assert a.probes == 3 and await loads.current([a, b]) == {"a": 3, "b": 2}
-        b.ongoing = 0  # they finished
-        clock.now = 2.0
-        await refresh(loads, [a, b])
+        assert await loads.current([a, b]) == {"a": 3, "b": 2}
+        clock.now, b.ongoing = 2.0, 0  # they finished: the stale reading is not used
         assert await loads.current([a, b]) == {"a": 3, "b": 0}
         loads.forget({"a"})
         assert await loads.current([a]) == {"a": 3}
+
+    asyncio.run(scenario())
+
+
+class Hung(Probed):
+    async def get_queue_len(self, *, deadline_s: float) -> int:
+        self.probes += 1
+        raise TimeoutError("no answer")
+
+
+def test_a_replica_that_does_not_answer_keeps_its_last_reading_until_the_next_refresh():
+    async def scenario():
+        clock = FakeClock()
+        loads = ReplicaLoads(ttl_s=0.05, clock=clock)
+        hung = Hung("h", 0)
+        assert await loads.current([hung]) == {"h": 0}
+        assert await loads.current([hung]) == {"h": 0}
+        assert hung.probes == 1  # not probed again on every pick
+        clock.now = 1.0
+        await loads.current([hung])
+        assert hung.probes == 2
 
     asyncio.run(scenario())

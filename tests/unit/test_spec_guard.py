@@ -323,9 +323,11 @@ def test_the_probe_recognises_the_installed_vllms_scheduler():
 
 def test_a_scheduler_that_moved_the_lookup_is_unrecognised(monkeypatch):
     moved = "def schedule(self):\n    k = self.pick_k(len(batch))\n"
-    real = hook._source
+    real = hook.source_without_import
     monkeypatch.setattr(
-        hook, "_source", lambda m, q: moved if q == "Scheduler.schedule" else real(m, q)
+        hook,
+        "source_without_import",
+        lambda m, q: moved if q == "Scheduler.schedule" else real(m, q),
     )
     monkeypatch.setattr(hook, "_is_patched", lambda cls: False)
     probe = hook.probe()

@@ -1,0 +1,63 @@
+"""The routing bench's workload and figures (serving/bench/conversations.py,
+routing_bench.py), without a server: the sessions it plays and the ratios it reports."""
+
+import pytest
+
+from serving.bench.conversations import ConversationWorkload, Turn, sessions
+from serving.bench.routing_bench import DEFAULT, PREFIX, SINGLE, compare, markdown, summarise
+from serving.golden import GoldenDesign
+
+WORDS = GoldenDesign().words
+
+
+def test_conversations_share_one_system_prompt_and_unrelated_ones_do_not():
+    workload = ConversationWorkload(conversations=5, turns=3, unrelated=4, seed=3)
+    played = sessions(workload, WORDS)
+    shared = [s for s in played if s.shared]
+    alone = [s for s in played if not s.shared]
+    assert len(shared) == 5 and len(alone) == 4
+    assert len({s.system for s in shared}) == 1
+    assert all(s.system != shared[0].system for s in alone)
+    assert all(len(s.users) == 3 for s in shared) and all(len(s.users) == 1 for s in alone)
+    assert len(shared[0].system.split()) == workload.system_words
+    assert sessions(workload, WORDS) == played  # the same workload, the same requests
+
+
+@pytest.mark.parametrize("field", ["conversations", "turns", "system_words", "max_tokens"])
+def test_a_workload_without_requests_is_refused(field):
+    with pytest.raises(ValueError, match=field):
+        ConversationWorkload(**{field: 0}).check()
+
+
+def turn(replica: str, prompt: int, cached: int, ttft: float, shared: bool = True) -> Turn:
+    return Turn("c", 0, shared, ok=True, ttft_s=ttft, prompt_tokens=prompt,
+                cached_tokens=cached, output_tokens=10, replica=replica)  # fmt: skip
+
+
+def test_summary_counts_hits_per_replica_and_the_largest_share():
+    turns = [turn("a", 1000, 768, 0.2), turn("a", 1000, 512, 0.4), turn("b", 1000, 0, 1.0)]
+    turns.append(Turn("c", 1, True, error="short output"))
+    arm = summarise(turns, wall_s=10.0)
+    assert arm["requests"] == 4 and arm["failed"] == 1
+    assert arm["hit_rate"] == pytest.approx(1280 / 3000)
+    assert arm["replicas"]["a"]["hit_rate"] == pytest.approx(0.64)
+    assert arm["max_share"] == pytest.approx(2 / 3)
+    assert arm["ttft_shared"]["p50_s"] == 0.4
+    assert arm["output_tokens_per_s"] == 3.0
+
+
+def test_targets_are_ratios_of_the_arms():
+    fast = summarise([turn("a", 1000, 900, 0.1), turn("b", 1000, 900, 0.1)], 10.0)
+    slow = summarise([turn("a", 1000, 300, 0.3), turn("b", 1000, 300, 0.3)], 10.0)
+    ideal = summarise([turn("a", 1000, 950, 0.1), turn("a", 1000, 950, 0.1)], 10.0)
+    result = compare({PREFIX: fast, DEFAULT: slow, SINGLE: ideal})
+    assert result["hit_rate_vs_ideal"] == pytest.approx(900 / 950)
+    assert result["ttft_p50_gain_shared"] == pytest.approx(3.0)
+    assert result["met"] == {
+        "hit_rate_vs_ideal": True,
+        "ttft_p50_gain_shared": True,
+        "throughput_vs_default": True,
+        "prefix_max_share": True,
+    }
+    assert "0.95 (target >= 0.8)" in markdown({"arms": {PREFIX: fast}, "compare": result})
+    assert compare({PREFIX: fast})["met"] == {"prefix_max_share": True}
