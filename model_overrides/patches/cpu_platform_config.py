@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from model_overrides.patches.module_attr import import_optional, is_cpu_platform
-from model_overrides.registry import Need, Probe
+from model_overrides.registry import Need, Patch, Probe
 
 AMX_MARKER = "amx_mla_or_dsv4_enabled"
 
@@ -73,3 +73,20 @@ def probe(flag: str, marker: str, what: str) -> Probe:
     if amx_available():
         return Probe(Need.NOT_NEEDED, f"this CPU has AMX tiles: vLLM keeps {what}")
     return Probe(Need.NEEDED, f"no AMX tiles: vLLM would turn DSV4 {what} off")
+
+
+def restoring_patch(name: str, flag: str, marker: str, what: str, capture: Capture) -> Patch:
+    """The patch that keeps ``what`` (the setting ``marker`` switches off) for DSV4."""
+    return Patch(
+        name=name,
+        override="deepseek_v4",
+        summary=f"DSV4 keeps {what} on CPUs without AMX",
+        probe=lambda: probe(flag, marker, what),
+        apply=lambda: wrap(flag, capture),
+        verify=lambda: (
+            None if is_patched(flag) else "CpuPlatform.check_and_update_config unchanged"
+        ),
+        gpu_note="CPU platform only",
+        upstream="ours, not reported upstream",
+        remove_when=f"vLLM allows DSV4 {what} on CPUs without AMX (probe: not needed)",
+    )

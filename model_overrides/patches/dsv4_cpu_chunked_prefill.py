@@ -11,9 +11,7 @@ scheduler settings the user asked for are restored; prefix caching has its own p
 from typing import Any
 
 from model_overrides.patches import cpu_platform_config as cpc
-from model_overrides.registry import REGISTRY, Patch, Probe
-
-_FLAG = "_dsv4_chunked_prefill"
+from model_overrides.registry import REGISTRY
 
 
 def _capture(vllm_config: Any) -> Any:
@@ -27,28 +25,12 @@ def _capture(vllm_config: Any) -> Any:
     return restore
 
 
-def probe() -> Probe:
-    return cpc.probe(_FLAG, "enable_chunked_prefill = False", "chunked prefill")
-
-
-def apply() -> None:
-    cpc.wrap(_FLAG, _capture)
-
-
-def verify() -> str | None:
-    return None if cpc.is_patched(_FLAG) else "CpuPlatform.check_and_update_config unchanged"
-
-
 REGISTRY.add(
-    Patch(
-        name="dsv4-cpu-chunked-prefill",
-        override="deepseek_v4",
-        summary="DSV4 keeps chunked prefill on CPUs without AMX",
-        probe=probe,
-        apply=apply,
-        verify=verify,
-        gpu_note="CPU platform only",
-        upstream="ours, not reported upstream",
-        remove_when="vLLM allows DSV4 chunked prefill on CPUs without AMX (probe: not needed)",
+    cpc.restoring_patch(
+        "dsv4-cpu-chunked-prefill",
+        "_dsv4_chunked_prefill",
+        "enable_chunked_prefill = False",
+        "chunked prefill",
+        _capture,
     )
 )

@@ -13,9 +13,7 @@ without MTP, at prefixes that end inside and on 256-token blocks.
 from typing import Any
 
 from model_overrides.patches import cpu_platform_config as cpc
-from model_overrides.registry import REGISTRY, Patch, Probe
-
-_FLAG = "_dsv4_prefix_caching"
+from model_overrides.registry import REGISTRY
 
 
 def _capture(vllm_config: Any) -> Any:
@@ -29,28 +27,12 @@ def _capture(vllm_config: Any) -> Any:
     return restore
 
 
-def probe() -> Probe:
-    return cpc.probe(_FLAG, "enable_prefix_caching = False", "prefix caching")
-
-
-def apply() -> None:
-    cpc.wrap(_FLAG, _capture)
-
-
-def verify() -> str | None:
-    return None if cpc.is_patched(_FLAG) else "CpuPlatform.check_and_update_config unchanged"
-
-
 REGISTRY.add(
-    Patch(
-        name="dsv4-cpu-prefix-caching",
-        override="deepseek_v4",
-        summary="DSV4 keeps prefix caching on CPUs without AMX",
-        probe=probe,
-        apply=apply,
-        verify=verify,
-        gpu_note="CPU platform only (CUDA and ROCm leave DSV4 prefix caching on)",
-        upstream="ours, not reported upstream",
-        remove_when="vLLM allows DSV4 prefix caching on CPUs without AMX (probe: not needed)",
+    cpc.restoring_patch(
+        "dsv4-cpu-prefix-caching",
+        "_dsv4_prefix_caching",
+        "enable_prefix_caching = False",
+        "prefix caching",
+        _capture,
     )
 )

@@ -155,7 +155,10 @@ def run_routing(args: argparse.Namespace, targets: list[Target], setup: LocalSet
     )
     if setup:
         _ensure_model(setup)
-    with tempfile.TemporaryDirectory(prefix="dsv4-bench-") as tmp:
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as Ctrl-C does
+    with ExitStack() as stack:
+        stack.callback(signal.signal, signal.SIGTERM, previous)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="dsv4-bench-"))
         logs = Path(args.logs or tmp)
         logs.mkdir(parents=True, exist_ok=True)
         result = routing_bench.run_all(
@@ -173,7 +176,7 @@ def run_routing(args: argparse.Namespace, targets: list[Target], setup: LocalSet
         _progress(f"wrote {path}")
     print(routing_bench.markdown(result))
     failed = any(arm["failed"] for arm in result["arms"].values())
-    return 1 if failed or result["start_errors"] else 0
+    return 1 if failed or result["start_errors"] or result["interrupted"] else 0
 
 
 def run(args: argparse.Namespace) -> int:

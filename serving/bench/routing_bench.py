@@ -119,6 +119,42 @@ def _play(target: Target, workload: ConversationWorkload, words: list[str], prog
     return {"turns": [t.row() for t in turns], "wall_s": wall}
 
 
+def _one_arm(
+    name: str,
+    setup: LocalSetup | None,
+    remote: list[Target],
+    workload: ConversationWorkload,
+    words: list[str],
+    logs: Path,
+    progress: Progress,
+    played: dict[str, list[dict]],
+    starts: dict[str, list[float]],
+    errors: dict[str, dict],
+) -> None:
+    """Play the workload once on one arm: a running endpoint, or a local app started for
+    it and stopped after it (also when the run is interrupted)."""
+    remote_target = next((t for t in remote if t.name == name), None)
+    if remote_target is not None:
+        played[name].append(_play(remote_target, workload, words, progress))
+        return
+    spec = local_specs([name], setup)[0]
+    servers, failed = local.start_all([spec], logs, progress)
+    if failed:
+        errors[name] = failed[name]
+        return
+    try:
+        starts[name].append(servers[0].ready_seconds)
+        played[name].append(_play(servers[0].target, workload, words, progress))
+    finally:
+        progress(f"stopping {name}")
+        while True:  # a second Ctrl-C or SIGTERM must not leave the app half stopped
+            try:
+                local.stop_all([s.proc for s in servers], 60)
+                break
+            except KeyboardInterrupt:
+                progress(f"still stopping {name}")
+
+
 def run_all(
     setup: LocalSetup | None,
     kinds: list[str],
@@ -134,24 +170,18 @@ def run_all(
     starts: dict[str, list[float]] = {kind: [] for kind in kinds}
     errors: dict[str, dict] = {}
     arms = [*kinds, *(t.name for t in remote)]
-    for index in range(rounds):
-        order = arms[index % len(arms) :] + arms[: index % len(arms)]
-        progress(f"round {index + 1}/{rounds}: {', '.join(order)}")
-        for name in order:
-            remote_target = next((t for t in remote if t.name == name), None)
-            if remote_target is not None:
-                played[name].append(_play(remote_target, workload, words, progress))
-                continue
-            spec = local_specs([name], setup)[0]
-            servers, failed = local.start_all([spec], logs, progress)
-            if failed:
-                errors[name] = failed[name]
-                continue
-            try:
-                starts[name].append(servers[0].ready_seconds)
-                played[name].append(_play(servers[0].target, workload, words, progress))
-            finally:
-                local.stop_all([s.proc for s in servers], 60)
+    interrupted = False
+    try:
+        for index in range(rounds):
+            order = arms[index % len(arms) :] + arms[: index % len(arms)]
+            progress(f"round {index + 1}/{rounds}: {', '.join(order)}")
+            for name in order:
+                _one_arm(
+                    name, setup, remote, workload, words, logs, progress, played, starts, errors
+                )
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the arm's app is stopped, keep what ran
+        interrupted = True
+        progress("interrupted: writing what was measured")
     summary = {}
     for name, results in played.items():
         if not results:
@@ -168,6 +198,7 @@ def run_all(
     return {
         "workload": workload.__dict__,
         "rounds": rounds,
+        "interrupted": interrupted,
         "arms": summary,
         "compare": compare(summary),
         "start_errors": errors,

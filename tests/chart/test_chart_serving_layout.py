@@ -16,6 +16,7 @@ import pytest
 
 from serving import proxy
 from serving.chart.presets_table import presets_table
+from serving.preset import PrefixRouting
 from tests.support.chart_cluster import disruptions_allowed
 from tests.support.chart_layout import (
     DIRECT_INGRESS,
@@ -36,7 +37,8 @@ from tests.support.chart_render import by_kind, pod_templates, render
 PRESETS = presets_table()
 SINGLE_HOST = sorted(n for n, row in PRESETS.items() if row["nodesPerReplica"] == 1)
 MULTI_HOST = sorted(n for n, row in PRESETS.items() if row["nodesPerReplica"] > 1)
-PROXY_VARS = {"RAY_SERVE_ENABLE_HA_PROXY"} | set(proxy.environment(proxy.HAPROXY))
+PREFIX_VARS = set(proxy.prefix_routing_environment(PrefixRouting()))
+PROXY_VARS = {"RAY_SERVE_ENABLE_HA_PROXY"} | set(proxy.environment(proxy.HAPROXY)) | PREFIX_VARS
 
 
 def _values(preset: str, **extra) -> dict:
@@ -57,17 +59,36 @@ def test_ray_pods_get_the_proxy_environment_dsv4_serve_up_sets(preset: str, tmp_
         assert {k: v for k, v in env.items() if k in PROXY_VARS} == expected, role
 
 
+@pytest.mark.parametrize("routing", ["prefix", "default"])
+def test_serve_routing_reaches_the_serve_config_and_every_ray_pod(routing: str, tmp_path: Path):
+    """serve.routing sets serving.routing in the Serve config and, for prefix, HAProxy's
+    body forwarding on every Ray pod: the environment `dsv4-serve up` sets for it."""
+    values = {**_values("h200-flash-mtp"), "serve": {"routing": routing}}
+    objects = render(tmp_path, values)
+    resolved = served_preset(objects)
+    assert resolved.serving.routing == routing
+    expected = proxy.environment(proxy.HAPROXY, resolved.serving.prefix_routing())
+    assert (routing == "prefix") == bool(PREFIX_VARS & set(expected))
+    for role in ("head", "worker"):
+        (container,) = pod_templates(objects)[role]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert {k: v for k, v in env.items() if k in PROXY_VARS} == expected, role
+
+
 @pytest.mark.parametrize(
     ("item", "message"),
     [
         ("serving.proxy=python", "the chart sets serving.proxy itself"),
         ("serving.path=ingress", "the chart sets serving.path itself"),
+        ("serving.routing=prefix", "the chart sets serving.routing itself; use serve.routing"),
+        ("serving.prefix.body_limit_bytes=65536", "sets serving.prefix.body_limit_bytes itself"),
     ],
 )
 def test_serve_set_cannot_switch_the_layout(item: str, message: str, tmp_path: Path):
     assert message in render(tmp_path, {"serve": {"set": [item]}}, expect_ok=False)
     # What does not change the layout still passes through.
     render(tmp_path, {"serve": {"set": ["serving.stream_batching_interval_ms=0"]}})
+    render(tmp_path, {"serve": {"set": ["serving.prefix.balance_factor=1.5"]}})
 
 
 PORTS_RAY_SERVE_BINDS = {
