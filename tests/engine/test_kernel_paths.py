@@ -103,8 +103,10 @@ def _path(model_dir: Path, prompts: list[str], library: str, **extra) -> dict:
 
 def logprob_gap(a: dict, b: dict) -> dict[str, float]:
     """|Δ log p| between two runs over every teacher-forced prompt position and every
-    greedy decode position before the two texts part: median, 90th percentile, max."""
-    deltas, agree = [], []
+    greedy decode position before the two texts part: median, 90th percentile, max.
+    decode_agree: the fewest decode tokens the two agree on; parting_margins: where they
+    part, how far `a`'s chosen token led its runner-up (log p; None where unrecorded)."""
+    deltas, agree, margins = [], [], []
     for x, y in zip(a["results"], b["results"], strict=True):
         pairs = zip(x["prompt_logprobs"], y["prompt_logprobs"], strict=True)
         deltas += [abs(p - q) for p, q in pairs]
@@ -116,6 +118,9 @@ def logprob_gap(a: dict, b: dict) -> dict[str, float]:
         pairs = zip(x["logprobs"][:same], y["logprobs"][:same], strict=True)
         deltas += [abs(p - q) for p, q in pairs]
         agree.append(same)
+        if same < len(x["token_ids"]):
+            runner_up = x.get("runner_up_logprobs", [None] * len(x["token_ids"]))[same]
+            margins.append(None if runner_up is None else x["logprobs"][same] - runner_up)
     deltas.sort()
     return {
         "median": deltas[len(deltas) // 2],
@@ -123,6 +128,7 @@ def logprob_gap(a: dict, b: dict) -> dict[str, float]:
         "max": deltas[-1],
         "positions": len(deltas),
         "decode_agree": min(agree),
+        "parting_margins": margins,
     }
 
 
@@ -158,9 +164,14 @@ def test_lower_path_log_probs_match_native_within_bf16_noise(
     gap = logprob_gap(native, lower)
     print(f"{isa} vs native: {gap}; bf16 noise: {noise}")
     assert within(gap, noise), (gap, noise)
-    # Greedy decode agrees as long as bf16 itself lets it: where the one-ulp copy already
-    # parts (a near-tie in this checkpoint's decode), no path can be asked to hold on.
-    assert gap["decode_agree"] >= min(4, noise["decode_agree"]), (gap, noise)
+    # Greedy decode may part only at a near-tie: where native's chosen token led its
+    # runner-up by no more than bf16 noise moves a log-prob (the one-ulp copy's largest
+    # |Δ log p|). An AMX `_C` and the AVX paths accumulate differently, and this
+    # checkpoint's decode has near-ties (fresh-clone CI saw them part at token 2).
+    assert all(m is not None and m <= noise["max"] for m in gap["parting_margins"]), (
+        gap,
+        noise,
+    )
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ what the engine runs, tests/support/engine_facts.py)}.
 
 Prints ``RESULT {...}``: per prompt the teacher-forced log-probability of every prompt
 token after the first (prefill: chunked prefill, compression, the indexer) and the
-greedy continuation with its log-probabilities (decode), the prompt's token ids, plus the
+greedy continuation with its log-probabilities and each step's runner-up's (decode), the
+prompt's token ids, plus the
 kernel library this process loaded and the patch outcomes. Set DSV4_OVERRIDES_DISABLE in the
 child's environment to run with a patch off.
 """
@@ -87,7 +88,7 @@ def main(spec: dict) -> dict:
     llm = LLM(**kwargs)
     top = spec.get("prompt_logprobs", 0)
     params = SamplingParams(
-        temperature=0.0, max_tokens=spec["max_tokens"], logprobs=1, prompt_logprobs=top
+        temperature=0.0, max_tokens=spec["max_tokens"], logprobs=2, prompt_logprobs=top
     )
     results = []
     for out in llm.generate(spec["prompts"], params, use_tqdm=False):
@@ -95,12 +96,18 @@ def main(spec: dict) -> dict:
         prompt_lp = [d[t].logprob for d, t in zip(out.prompt_logprobs[1:], ids[1:], strict=True)]
         gen = out.outputs[0]
         gen_lp = [d[t].logprob for d, t in zip(gen.logprobs, gen.token_ids, strict=True)]
+        # The best other token at each decode step: how near a tie greedy decode was.
+        runner_up = [
+            max((lp.logprob for u, lp in d.items() if u != t), default=None)
+            for d, t in zip(gen.logprobs, gen.token_ids, strict=True)
+        ]
         result = {
             "prompt_logprobs": prompt_lp,
             "prompt_token_ids": list(ids),
             "text": gen.text,
             "token_ids": list(gen.token_ids),
             "logprobs": gen_lp,
+            "runner_up_logprobs": runner_up,
         }
         if top:  # {token id: log p} per prompt position after the first
             result["prompt_distributions"] = [
