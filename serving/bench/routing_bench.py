@@ -76,6 +76,23 @@ def summarise(turns: list[Turn], wall_s: float) -> dict:
     }
 
 
+def summarise_arm(results: list[dict], starts: list[float]) -> dict:
+    """An arm over its rounds (each ``{"turns": [...], "wall_s": s}``): every turn together,
+    each round alone, and the largest share one replica took in any round (each round
+    starts the arm afresh, with new replica ids)."""
+    per_round = [summarise([Turn(**row) for row in r["turns"]], r["wall_s"]) for r in results]
+    shares = [r["max_share"] for r in per_round if r["max_share"] is not None]
+    return {
+        **summarise(
+            [Turn(**row) for r in results for row in r["turns"]],
+            sum(r["wall_s"] for r in results),
+        ),
+        "max_share": max(shares, default=None),
+        "rounds": per_round,
+        "ready_s": statistics.median(starts) if starts else None,
+    }
+
+
 def compare(arms: dict[str, dict]) -> dict:
     """The issue's targets as ratios of arms measured in the same run (None: an arm is missing)."""
 
@@ -182,19 +199,11 @@ def run_all(
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the arm's app is stopped, keep what ran
         interrupted = True
         progress("interrupted: writing what was measured")
-    summary = {}
-    for name, results in played.items():
-        if not results:
-            continue
-        per_round = [summarise([Turn(**row) for row in r["turns"]], r["wall_s"]) for r in results]
-        summary[name] = {
-            **summarise(
-                [Turn(**row) for r in results for row in r["turns"]],
-                sum(r["wall_s"] for r in results),
-            ),
-            "rounds": per_round,
-            "ready_s": statistics.median(starts[name]) if starts.get(name) else None,
-        }
+    summary = {
+        name: summarise_arm(results, starts.get(name, []))
+        for name, results in played.items()
+        if results
+    }
     return {
         "workload": workload.__dict__,
         "rounds": rounds,

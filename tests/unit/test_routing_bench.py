@@ -4,7 +4,15 @@ routing_bench.py), without a server: the sessions it plays and the ratios it rep
 import pytest
 
 from serving.bench.conversations import ConversationWorkload, Turn, sessions
-from serving.bench.routing_bench import DEFAULT, PREFIX, SINGLE, compare, markdown, summarise
+from serving.bench.routing_bench import (
+    DEFAULT,
+    PREFIX,
+    SINGLE,
+    compare,
+    markdown,
+    summarise,
+    summarise_arm,
+)
 from serving.golden import GoldenDesign
 
 WORDS = GoldenDesign().words
@@ -44,6 +52,18 @@ def test_summary_counts_hits_per_replica_and_the_largest_share():
     assert arm["max_share"] == pytest.approx(2 / 3)
     assert arm["ttft_shared"]["p50_s"] == 0.4
     assert arm["output_tokens_per_s"] == 3.0
+
+
+def test_an_arms_largest_share_is_the_largest_of_any_round():
+    # Each round starts fresh replicas: over two rounds, four ids of a quarter each, yet
+    # every round put two thirds of its requests on one replica.
+    rounds = [
+        {"turns": [turn(r, 100, 0, 0.1).row() for r in (a, a, b)], "wall_s": 1.0}
+        for a, b in (("r1a", "r1b"), ("r2a", "r2b"))
+    ]
+    arm = summarise_arm(rounds, [10.0, 20.0])
+    assert arm["max_share"] == pytest.approx(2 / 3)
+    assert len(arm["replicas"]) == 4 and arm["requests"] == 6 and arm["ready_s"] == 15.0
 
 
 def test_targets_are_ratios_of_the_arms():
