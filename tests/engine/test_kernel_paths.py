@@ -34,6 +34,8 @@ LOWER = [
     if kernel_library.ORDER.index(isa) > kernel_library.ORDER.index(HARDWARE)
 ]
 MAX_TOKENS = 16
+# The path every numeric comparison runs besides native: the lowest this CPU has.
+LOWEST = LOWER[-1] if LOWER else HARDWARE
 # Long enough that the ratio-4 layers' indexer selects 512 of >512 compressed entries.
 LONG_PROMPT_WORDS = 2300
 
@@ -136,33 +138,35 @@ def within(gap: dict[str, float], noise: dict[str, float]) -> bool:
     return gap["median"] <= noise["median"] and gap["p90"] <= noise["p90"]
 
 
-# The path every comparison below runs besides native: the lowest this CPU has.
-LOWEST = LOWER[-1] if LOWER else HARDWARE
-
-
 @pytest.fixture(scope="module")
 def native(numeric_dir: Path, prompts: list[str]) -> dict:
     return _path(numeric_dir, prompts, "native")
 
 
 @pytest.fixture(scope="module")
-def noise(numeric_dir: Path, prompts: list[str], tmp_path_factory) -> dict[str, float]:
+def lowest(numeric_dir: Path, prompts: list[str]) -> dict:
+    return _path(numeric_dir, prompts, LOWEST)
+
+
+@pytest.fixture(scope="module")
+def noise(
+    numeric_dir: Path, prompts: list[str], lowest: dict, tmp_path_factory
+) -> dict[str, float]:
     """What bf16 itself leaves open: the same path on the checkpoint with 5% of its
     weights moved by one bf16 ulp. Measured (README, "CPUs"): median 0.059, p90 0.155.
     Native, in contrast, repeats bit for bit across chunk sizes, thread counts, batch
     sizes and HC paths, so it has no noise of its own to compare against."""
     jittered = jittered_copy(numeric_dir, tmp_path_factory.mktemp("golden-numeric-jitter"))
-    return logprob_gap(_path(numeric_dir, prompts, LOWEST), _path(jittered, prompts, LOWEST))
+    return logprob_gap(lowest, _path(jittered, prompts, LOWEST))
 
 
-@pytest.mark.parametrize("isa", LOWER or [pytest.param(None, marks=pytest.mark.skip)])
-def test_lower_path_log_probs_match_native_within_bf16_noise(
-    numeric_dir, prompts, native, noise, isa
-):
-    lower = _path(numeric_dir, prompts, isa)
-    assert lower["library"] == kernel_library.LIBRARIES[isa]
-    gap = logprob_gap(native, lower)
-    print(f"{isa} vs native: {gap}; bf16 noise: {noise}")
+# The lowest library only: a middle one (AVX-512 under AMX) runs the same eager ops, and
+# fresh-clone CI measured the same gap for both; each lower one still runs the golden text.
+@pytest.mark.skipif(not LOWER, reason="this CPU runs the lowest library natively")
+def test_lower_path_log_probs_match_native_within_bf16_noise(native, lowest, noise):
+    assert lowest["library"] == kernel_library.LIBRARIES[LOWEST]
+    gap = logprob_gap(native, lowest)
+    print(f"{LOWEST} vs native: {gap}; bf16 noise: {noise}")
     assert within(gap, noise), (gap, noise)
     # Greedy decode may part only at a near-tie: where native's chosen token led its
     # runner-up by no more than bf16 noise moves a log-prob (the one-ulp copy's largest

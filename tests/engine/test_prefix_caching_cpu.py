@@ -93,11 +93,16 @@ def test_native_warm_run_matches_an_unchunked_cold_run(numeric_dir):
     assert worst < 0.1
 
 
+# Two of the hitting cases (a resent prompt, a twice-extended one): the eager ops run each
+# case about 4x slower than native.
+LOWEST_CASES = ("resend-513", "extend-twice-300-790-to-800")
+
+
 @pytest.mark.skipif(LOWEST is None, reason="an AVX2 CPU runs the lowest library natively")
 def test_lowest_library_cache_hits_give_the_cold_tokens_and_log_probs(numeric_dir):
-    result = run(numeric_dir, LOWEST, 2, names=HITTING)
+    result = run(numeric_dir, LOWEST, 2, names=LOWEST_CASES)
     assert result["library"] == kernel_library.LIBRARIES[LOWEST]
     # Forcing a lower library hides AMX from vLLM: only the patch keeps the cache on.
     assert result["patches"]["dsv4-cpu-prefix-caching"] == "applied"
     native = check_warm_equals_cold(run(numeric_dir, "native", 2))
-    assert check_warm_equals_cold(result) == {name: native[name] for name in HITTING}
+    assert check_warm_equals_cold(result) == {name: native[name] for name in LOWEST_CASES}
