@@ -80,13 +80,11 @@ def summarise_arm(results: list[dict], starts: list[float]) -> dict:
     """An arm over its rounds (each ``{"turns": [...], "wall_s": s}``): every turn together,
     each round alone, and the largest share one replica took in any round (each round
     starts the arm afresh, with new replica ids)."""
-    per_round = [summarise([Turn(**row) for row in r["turns"]], r["wall_s"]) for r in results]
+    rounds = [[Turn(**row) for row in r["turns"]] for r in results]
+    per_round = [summarise(turns, r["wall_s"]) for turns, r in zip(rounds, results, strict=True)]
     shares = [r["max_share"] for r in per_round if r["max_share"] is not None]
     return {
-        **summarise(
-            [Turn(**row) for r in results for row in r["turns"]],
-            sum(r["wall_s"] for r in results),
-        ),
+        **summarise([t for turns in rounds for t in turns], sum(r["wall_s"] for r in results)),
         "max_share": max(shares, default=None),
         "rounds": per_round,
         "ready_s": statistics.median(starts) if starts else None,

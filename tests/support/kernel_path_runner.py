@@ -12,9 +12,8 @@ what the engine runs, tests/support/engine_facts.py)}.
 Prints ``RESULT {...}``: per prompt the teacher-forced log-probability of every prompt
 token after the first (prefill: chunked prefill, compression, the indexer) and the
 greedy continuation with its log-probabilities and each step's runner-up's (decode), the
-prompt's token ids, plus the
-kernel library this process loaded and the patch outcomes. Set DSV4_OVERRIDES_DISABLE in the
-child's environment to run with a patch off.
+prompt's token ids, plus the kernel library this process loaded and the patch outcomes. Set
+DSV4_OVERRIDES_DISABLE in the child's environment to run with a patch off.
 """
 
 import ctypes
