@@ -104,7 +104,7 @@ def llm_config(preset: Preset, model_source: str) -> dict[str, Any]:
         # groups advertise that resource so the autoscaler can start them from zero.
         config["accelerator_type"] = RAY_ACCELERATOR_TYPES[acc.type]
         config["placement_group_config"] = {
-            "bundles": [{"GPU": 1, "CPU": 1}] * acc.per_replica,
+            "bundles": [{"GPU": acc.gpu_share, "CPU": 1}] * acc.per_replica,
             "strategy": placement_strategy(preset),
         }
     return config

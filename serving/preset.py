@@ -90,6 +90,13 @@ class Accelerator(_Strict):
     kind: Literal["nvidia", "amd", "cpu"]
     type: Literal["H200", "B200", "GB300", "MI300X", "MI355X"] | None = None
     per_replica: int = Field(ge=1, description="GPUs (or CPU slots) one replica uses")
+    gpu_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="share of one GPU a one-GPU replica asks Ray for; below 1, replicas of a "
+        "small model share a GPU (Ray Serve LLM's fractional GPU serving)",
+    )
 
     @model_validator(mode="after")
     def _type_matches_kind(self) -> Accelerator:
@@ -104,6 +111,9 @@ class Accelerator(_Strict):
             raise ValueError("a cpu accelerator has no type")
         if self.kind != "cpu" and (self.type is None or vendor[self.type] != self.kind):
             raise ValueError(f"type {self.type!r} is not a {self.kind} accelerator")
+        if self.gpu_share < 1 and (self.kind == "cpu" or self.per_replica != 1):
+            # vLLM's ranks each need a whole device: only a one-GPU replica can share one.
+            raise ValueError("gpu_share below 1 needs a GPU accelerator with per_replica 1")
         return self
 
 

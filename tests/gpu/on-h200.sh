@@ -11,8 +11,9 @@
 #   tests/gpu/on-h200.sh prefix  # the suite's prefix-caching jobs only (after the warm-up
 #                                # engine): tests/gpu/test_gpu_prefix_caching.py, prefix.tgz
 #   tests/gpu/on-h200.sh routing # docs/bench-routing-gpu: default vs prefix routing on two
-#                                # replicas of gpu-golden, one replica as the ideal (started
-#                                # in the background: it outlasts one call; poll with `wait`)
+#                                # replicas of gpu-golden sharing the GPU (gpu_share 0.45),
+#                                # one replica as the ideal (started in the background:
+#                                # it outlasts one call; poll with `wait`)
 #   tests/gpu/on-h200.sh wait    # what the background routing bench has written so far
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
@@ -113,6 +114,7 @@ routing)
     mkdir -p "$work/bench-routing-gpu"
     setsid nohup timeout "${BENCH_TIMEOUT:-1200}" python3 -m serving.cli bench --routing \
         --preset gpu-golden --local ray-app ray-app-prefix ray-app-single \
+        --set accelerator.gpu_share=0.45 \
         --conversations "${CONVERSATIONS:-32}" --turns 4 --system-words 1500 --unrelated 16 \
         --concurrency 16 --max-tokens 32 --rounds "${BENCH_ROUNDS:-1}" \
         --logs "$work/bench-routing-gpu/logs" --out "$work/bench-routing-gpu" \

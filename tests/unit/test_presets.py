@@ -273,3 +273,31 @@ def test_the_blackwell_fp4_indexer_name_is_vllm_032s():
     with pytest.raises(Exception, match="use_fp4_indexer_cache"):
         AttentionConfig(use_fp4_indexer_cache=True)
     assert AttentionConfig(indexer_kv_dtype="mxfp4").indexer_kv_dtype == "mxfp4"
+
+
+def test_replicas_of_a_small_model_can_share_a_gpu():
+    from ray.serve.llm import LLMConfig
+
+    from serving.llm_config import llm_config
+
+    resolved = load_preset("gpu-golden", [parse_set("accelerator.gpu_share=0.45")])
+    engine = LLMConfig(**llm_config(resolved, "/models/m")).get_engine_config()
+    # Ray reserves 0.45 of a GPU per replica and tells vLLM's workers so itself.
+    assert [b["GPU"] for b in engine.placement_bundles] == [0.45]
+    assert engine.get_runtime_env_with_local_env_vars()["env_vars"]["VLLM_RAY_PER_WORKER_GPUS"] == (
+        "0.45"
+    )
+    whole = LLMConfig(**llm_config(load_preset("gpu-golden"), "/models/m")).get_engine_config()
+    assert [b["GPU"] for b in whole.placement_bundles] == [1.0]
+    for preset, assignment in [
+        ("cpu-tiny", "accelerator.gpu_share=0.5"),
+        ("b200-pro-mtp", "accelerator.gpu_share=0.5"),
+    ]:
+        with pytest.raises(
+            PresetError, match="gpu_share below 1 needs a GPU accelerator with per_replica 1"
+        ):
+            load_preset(preset, [parse_set(assignment)])
+    with pytest.raises(
+        PresetError, match="accelerator.gpu_share: Input should be less than or equal to 1"
+    ):
+        load_preset("gpu-golden", [parse_set("accelerator.gpu_share=2")])
