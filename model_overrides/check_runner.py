@@ -51,13 +51,24 @@ def _why(proc: subprocess.CompletedProcess) -> str:
     return f"exit {proc.returncode}: {tail[0][:160]}"
 
 
-def check_in_child(name: str) -> VariantReport | None:
-    proc = subprocess.run(
+def start_child(name: str) -> subprocess.Popen:
+    """Import and check variant ``name`` in a child (collect it with ``check_in_child``)."""
+    return subprocess.Popen(
         [sys.executable, "-m", "model_overrides.check_runner", name],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=CHILD_TIMEOUT_S,
     )
+
+
+def check_in_child(name: str, child: subprocess.Popen | None = None) -> VariantReport | None:
+    child = child or start_child(name)
+    try:
+        stdout, stderr = child.communicate(timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        stdout, stderr = child.communicate()
+    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("REPORT ")), None)
     if proc.returncode == 0 and line:
         data = json.loads(line.removeprefix("REPORT "))
@@ -75,13 +86,25 @@ def run_check(platform: str = "all") -> tuple[list[VariantReport], list[contract
     wanted = None if platform == "all" else set(PLATFORM_VARIANTS[platform])
     names = [n for n in contract.present_variants() if wanted is None or n in wanted]
     local = set(contract.current_platform_variants())
+    # Every child at once: each spends most of its time importing vLLM, and the clamp
+    # rules below are read from source meanwhile.
+    children = {name: start_child(name) for name in names if name not in local}
     reports = []
-    for name in names:
-        report = check_here(name, importing=True) if name in local else check_in_child(name)
-        if report is not None:
-            # SwiGLU clamp rules: read from source only, so safe here for every variant.
-            report.findings += clamp_contract.findings_for(name)
-            reports.append(report)
+    try:
+        for name in names:
+            if name in local:
+                report = check_here(name, importing=True)
+            else:
+                report = check_in_child(name, children[name])
+            if report is not None:
+                # SwiGLU clamp rules: read from source only, so safe here for every variant.
+                report.findings += clamp_contract.findings_for(name)
+                reports.append(report)
+    finally:
+        for child in children.values():
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     return reports, [f for r in reports for f in r.findings]
 
 

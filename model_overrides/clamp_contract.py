@@ -214,25 +214,49 @@ def _absolute(module: str, node: ast.ImportFrom) -> str:
     return ".".join(parts + ([node.module] if node.module else []))
 
 
-def find_def(module: str, name: str, depth: int = 0) -> Def | None:
-    """The class, function or assignment ``name`` of ``module``, following its imports."""
-    tree = tree_of(module)
-    if tree is None or depth > 6:
-        return None
+@dataclass(frozen=True)
+class _ModuleIndex:
+    """A module's top-level definitions and the names its ``from`` imports bind."""
+
+    defs: dict[str, ast.AST]  # first top-level class, function or assignment per name
+    imports: dict[str, list[tuple[str, str]]]  # bound name -> (source module, name), in walk order
+
+
+@functools.cache
+def _module_index(module: str, path: Path) -> _ModuleIndex:
+    # Built once per module: the check resolves ~10^4 names, and walking the whole tree
+    # for each one was most of its run time.
+    tree = _tree(path)
+    defs: dict[str, ast.AST] = {}
     for node in tree.body:
-        if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name:
-            return Def(module, node)
-        if isinstance(node, ast.Assign | ast.AnnAssign):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):
+            defs.setdefault(node.name, node)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-                return Def(module, node)
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    defs.setdefault(target.id, node)
+    imports: dict[str, list[tuple[str, str]]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
+            source = _absolute(module, node)
             for alias in node.names:
-                if (alias.asname or alias.name) == name:
-                    source = _absolute(module, node)
-                    if source.split(".")[0] in ROOTS or source.startswith("vllm"):
-                        return find_def(source, alias.name, depth + 1)
+                imports.setdefault(alias.asname or alias.name, []).append((source, alias.name))
+    return _ModuleIndex(defs, imports)
+
+
+def find_def(module: str, name: str, depth: int = 0) -> Def | None:
+    """The class, function or assignment ``name`` of ``module``, following its imports."""
+    path = module_file(module)
+    if path is None or depth > 6:
+        return None
+    index = _module_index(module, path)
+    if name in index.defs:
+        return Def(module, index.defs[name])
+    for source, imported in index.imports.get(name, ()):
+        # ROOTS grows as packages are looked up (and tests add their own): read it now.
+        if source.split(".")[0] in ROOTS or source.startswith("vllm"):
+            return find_def(source, imported, depth + 1)
     return None
 
 
