@@ -310,8 +310,16 @@ class Preset(_Strict):
         return self
 
     def engine_env(self) -> dict[str, str]:
-        """The engine's environment: the preset's, and the guard's settings (adaptive)."""
-        return {**self.env, **self.speculation.guard.engine_env()}
+        """The engine's environment: the preset's, the guard's settings (adaptive), and a
+        shared GPU's share for vLLM's Ray workers."""
+        env = {**self.env, **self.speculation.guard.engine_env()}
+        if self.accelerator.gpu_share < 1:
+            # vLLM's Ray executor asks VLLM_RAY_PER_WORKER_GPUS (default 1) of the bundle
+            # for its worker (vllm/v1/executor/ray_executor_v2.py); Ray Serve LLM 2.60 does
+            # not set it (its VLLMEngineConfig.get_runtime_env_with_local_env_vars, which
+            # would, has no caller), and a whole GPU does not fit a 0.45 bundle.
+            env["VLLM_RAY_PER_WORKER_GPUS"] = str(self.accelerator.gpu_share)
+        return env
 
     def engine_kwargs(self) -> dict[str, Any]:
         """The resolved vLLM engine arguments (what `dsv4-serve check` prints)."""

@@ -275,29 +275,31 @@ def test_the_blackwell_fp4_indexer_name_is_vllm_032s():
     assert AttentionConfig(indexer_kv_dtype="mxfp4").indexer_kv_dtype == "mxfp4"
 
 
-def test_replicas_of_a_small_model_can_share_a_gpu():
+def test_replicas_of_a_small_model_can_share_a_gpu(monkeypatch):
     from ray.serve.llm import LLMConfig
+    from vllm.v1.executor.ray_executor_v2 import RayExecutorV2
 
     from serving.llm_config import llm_config
 
     resolved = load_preset("gpu-golden", [parse_set("accelerator.gpu_share=0.45")])
-    engine = LLMConfig(**llm_config(resolved, "/models/m")).get_engine_config()
-    # Ray reserves 0.45 of a GPU per replica and tells vLLM's workers so itself.
+    config = llm_config(resolved, "/models/m")
+    engine = LLMConfig(**config).get_engine_config()
     assert [b["GPU"] for b in engine.placement_bundles] == [0.45]
-    assert engine.get_runtime_env_with_local_env_vars()["env_vars"]["VLLM_RAY_PER_WORKER_GPUS"] == (
-        "0.45"
-    )
-    whole = LLMConfig(**llm_config(load_preset("gpu-golden"), "/models/m")).get_engine_config()
-    assert [b["GPU"] for b in whole.placement_bundles] == [1.0]
-    for preset, assignment in [
-        ("cpu-tiny", "accelerator.gpu_share=0.5"),
-        ("b200-pro-mtp", "accelerator.gpu_share=0.5"),
-    ]:
-        with pytest.raises(
-            PresetError, match="gpu_share below 1 needs a GPU accelerator with per_replica 1"
-        ):
-            load_preset(preset, [parse_set(assignment)])
-    with pytest.raises(
-        PresetError, match="accelerator.gpu_share: Input should be less than or equal to 1"
-    ):
+    # The replica's runtime env (Ray's LLMServer.get_deployment_options merges it into
+    # ray_actor_options) tells vLLM's Ray executor to ask no more than the bundle holds:
+    # the H200 run without it failed "resource request {'GPU': 1.0} cannot fit".
+    for name, value in config["runtime_env"]["env_vars"].items():
+        monkeypatch.setenv(name, value)
+    kwargs = RayExecutorV2._get_actor_resource_kwargs()
+    # On a GPU {"num_gpus": share}; here vLLM's CPU platform names its own device key.
+    asked = kwargs["num_gpus"] or next(iter(kwargs["resources"].values()))
+    assert asked == 0.45, kwargs
+    whole = load_preset("gpu-golden")
+    whole_engine = LLMConfig(**llm_config(whole, "/models/m")).get_engine_config()
+    assert [b["GPU"] for b in whole_engine.placement_bundles] == [1.0]
+    assert "VLLM_RAY_PER_WORKER_GPUS" not in whole.engine_env()
+    for preset in ("cpu-tiny", "b200-pro-mtp"):
+        with pytest.raises(PresetError, match="gpu_share below 1 needs a GPU accelerator"):
+            load_preset(preset, [parse_set("accelerator.gpu_share=0.5")])
+    with pytest.raises(PresetError, match="accelerator.gpu_share: Input should be less than or"):
         load_preset("gpu-golden", [parse_set("accelerator.gpu_share=2")])
