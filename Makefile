@@ -124,7 +124,7 @@ format: $(DEPS_STAMP)
 
 test: deps lint
 	$(PY) -m serving.cli generate --check
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=30 $(PYTEST_ARGS)
 
 # Lint, unit, kernel-op, chart and rules tests: no engine, no Ray, no apt-get (promtool
 # tests run when promtool is already on PATH).
