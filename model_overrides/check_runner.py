@@ -61,8 +61,7 @@ def start_child(name: str) -> subprocess.Popen:
     )
 
 
-def check_in_child(name: str, child: subprocess.Popen | None = None) -> VariantReport | None:
-    child = child or start_child(name)
+def check_in_child(name: str, child: subprocess.Popen) -> VariantReport | None:
     try:
         stdout, stderr = child.communicate(timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
