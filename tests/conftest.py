@@ -7,7 +7,11 @@ import pytest
 
 from model_overrides import kernel_library
 from serving.golden import GoldenDesign, write_golden_model
-from tests.support.parallel import assign_groups, bind_engines_to_this_workers_core
+from tests.support.parallel import (
+    bind_engines_to_this_workers_core,
+    one_at_a_time_first,
+    one_ray_at_a_time_scheduler,
+)
 from tests.support.paths import ROOT
 
 # DSV4_CPU_KERNEL_LIBRARY=avx512|avx2 runs the whole suite as on a CPU with that ISA:
@@ -23,10 +27,14 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist turns the marks into its groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    return one_ray_at_a_time_scheduler(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("dist", "no") == "loadgroup":
-        assign_groups(items, ROOT)
+    if hasattr(config, "workerinput"):  # an xdist worker: what it collects is the queue
+        one_at_a_time_first(items)
 
 
 @pytest.fixture(scope="session")

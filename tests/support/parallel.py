@@ -1,24 +1,32 @@
-"""How `make test` shares the suite between pytest-xdist workers (``--dist loadgroup``).
+"""How `make test` shares the suite between pytest-xdist workers.
 
 - Everything that starts Ray, or HAProxy (whose processes the Ray tests account for), is
-  one group that one worker runs module after module, as a plain pytest run would: Ray's
-  GCS and Serve's HAProxy stats port exist once per host. It goes first: it is about half
-  of the suite's time.
-- Every other test module is a group of its own, so its module-scoped engine, app or
-  image is set up once, on one worker.
+  one work unit that one worker runs module after module, as a plain pytest run would:
+  Ray's GCS and Serve's HAProxy stats port exist once per host. It goes first: it is
+  about half of the suite's time.
+- Every other test module is a unit of its own, so its module-scoped engine, app or image
+  is set up once, on one worker.
 - vLLM's CPU backend binds an engine's OpenMP threads to core 0 unless told otherwise:
   each worker binds its engines (and the Ray app's, whose processes inherit the
   environment) to a core of its own, so two engines never share one.
+
+The units come from our own scheduler (xdist's ``pytest_xdist_make_scheduler`` hook), not
+from ``xdist_group`` marks: xdist 3.8 applies those by rewriting ``item._nodeid``, which
+pytest 9.2's nodes no longer read (``Node.nodeid`` is built from ``_id``).
 """
 
 import os
-from pathlib import Path
 
 import pytest
 
 ONE_AT_A_TIME = "ray-and-haproxy"
 ONE_AT_A_TIME_PATHS = (
-    "tests/serving/",
+    "tests/serving/test_console_and_stop.py",
+    "tests/serving/test_failover.py",
+    "tests/serving/test_key_limits.py",
+    "tests/serving/test_prefix_routing.py",
+    "tests/serving/test_reliability.py",
+    "tests/serving/test_serving_app.py",
     "tests/monitoring/test_monitoring_live.py",
     "tests/unit/test_haproxy_tracking.py",
     "tests/unit/test_start_failure.py",
@@ -38,14 +46,25 @@ def bind_engines_to_this_workers_core() -> None:
         os.environ[BIND] = str(cores[index % len(cores)])
 
 
-def group_of(path: str) -> str:
-    return ONE_AT_A_TIME if path.startswith(ONE_AT_A_TIME_PATHS) else path
+def unit_of(nodeid: str) -> str:
+    """The work unit of a test: its module, or the one-at-a-time unit."""
+    path = nodeid.split("::", 1)[0]
+    return ONE_AT_A_TIME if path in ONE_AT_A_TIME_PATHS else path
 
 
-def assign_groups(items: list[pytest.Item], root: Path) -> None:
-    """Mark each item with its group; the one-at-a-time group first (stable otherwise)."""
-    groups = {}
-    for item in items:
-        groups[item] = group_of(Path(item.path).relative_to(root).as_posix())
-        item.add_marker(pytest.mark.xdist_group(groups[item]))
-    items.sort(key=lambda item: groups[item] != ONE_AT_A_TIME)
+def one_at_a_time_first(items: list[pytest.Item]) -> None:
+    """Collection order with the one-at-a-time unit first (xdist queues units in the
+    order their first test was collected; run it with ``--no-loadscope-reorder``)."""
+    items.sort(key=lambda item: unit_of(item.nodeid) != ONE_AT_A_TIME)
+
+
+def one_ray_at_a_time_scheduler(config: pytest.Config, log):
+    """xdist's module-at-a-time scheduling with the Ray and HAProxy modules as one unit.
+    (xdist is imported here: the GPU suite's interpreter may not have it.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneRayAtATime(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return OneRayAtATime(config, log)
