@@ -4,11 +4,18 @@ behind HAProxy and Ray's ingress router, end to end with the ``openai`` client:
   (``usage.prompt_tokens_details.cached_tokens``), and the conversations spread over
   both replicas; the texts are the golden model's;
 - one hot key fills its replica to the load bound and spills to the other;
-- test_failover's killed-replica scenario passes with the router in the path: the
-  sessions of the dead replica move to the survivor and complete, and once Serve has
-  replaced it conversations use both replicas again. (A dead engine inside a living
-  replica leaves the router's set the same way, through Serve's health check: that
-  scenario runs in tests/serving/test_failover.py only, to keep the suite's time.)
+- failover, one replica failing mid-stream (four streams, a new request every 0.25 s):
+  - its replica process is killed: its streams end in an error the client sees (never
+    a clean close that looks complete), the survivor's complete, and new requests are
+    answered by the survivor while Serve starts a replacement;
+  - its engine core dies inside a living replica: its streams end in an OpenAI
+    ``error`` event, the survivor's complete, new requests still reach the survivor;
+  - once Serve has replaced it, conversations use both replicas again.
+Figures (the homes, the spill, how long the survivor served alone) are printed and
+written to ``routing.json`` in the test's temporary directory. (Failover ran on a
+default-routing app of its own too until 2026-12-03; the scenarios and assertions are
+those, with the router in the path; default routing's two-replica path is Serve's own
+router, and one replica killed under default routing is tests/serving/test_reliability.py.)
 """
 
 import asyncio
@@ -137,8 +144,31 @@ def test_killed_replica_process(app, golden_design):
     _failed_over(app, golden_design, REPLICA, "replica_killed")
 
 
+def test_dead_engine_inside_a_living_replica(app, golden_design):
+    wait_for_replicas_up(2, 600)
+    figures = fail_one(app, golden_design, "VLLM::EngineCore")
+    FIGURES["engine_core_killed"] = figures
+    print("engine_core_killed", figures)
+    endings = figures["stream_endings"]
+    assert len(endings) == 4 and "hang" not in endings, endings
+    # Every stream on the dead engine ends in an error event, the others complete (the
+    # load bound puts at most three of the four on one replica).
+    errors, complete = endings.count("error event"), endings.count("complete")
+    assert errors >= 1 and complete >= 1 and errors + complete == 4, endings
+    # The replica ends itself as soon as a request meets the dead engine; a request
+    # HAProxy hands it in that instant can still be cut (an error the client sees), or get
+    # a clean HTTP error (one CI run: one 500 of 133, HAProxy's 5xx as the replica went).
+    failed = figures["new_requests_failed"]
+    clean_or_cut = all(f == "RemoteProtocolError" or f[:3].isdigit() for f in failed)
+    assert len(failed) <= 2 and clean_or_cut, figures
+
+
 def test_conversations_resume_on_both_replicas_after_the_replacement(app, golden_design):
     wait_for_replicas_up(2, 600)
     _, turns = play(app, seed=1)
     assert all(t.ok and t.text == golden_design.chat_reply(WORKLOAD.max_tokens) for t in turns)
     assert len({t.replica for t in turns}) == 2
+
+
+def test_figures_are_written():
+    assert {"sticky", "hot_key", "replica_killed", "engine_core_killed"} <= set(FIGURES)

@@ -22,7 +22,6 @@ import pytest
 ONE_AT_A_TIME = "ray-and-haproxy"
 ONE_AT_A_TIME_PATHS = (
     "tests/serving/test_console_and_stop.py",
-    "tests/serving/test_failover.py",
     "tests/serving/test_key_limits.py",
     "tests/serving/test_prefix_routing.py",
     "tests/serving/test_reliability.py",
