@@ -9,8 +9,9 @@ of this step (the next step verifies them), to maximise expected tokens per seco
 
 ``alpha_j`` is the conditional acceptance at draft position j (accepted given reached),
 a time-decayed estimate from the engine's own spec-decode counts. ``c0, cN, cD`` are
-fitted online by least squares on this engine's measured step times, with start-up
-calibration steps cycling k so that the draft cost is identifiable. A switch needs a
+fitted online (least absolute deviations, no cost below zero) on this engine's measured
+step times, with start-up calibration steps cycling k so that the draft cost is
+identifiable. A switch needs a
 margin (hysteresis) held for a few steps and a dwell time; while k < K a probe step now
 and then (``probe_interval_s`` and ``probe_min_steps`` apart) drafts K so the estimate
 stays live and the guard recovers.
@@ -28,6 +29,7 @@ from model_overrides.spec_guard_config import GuardSettings
 
 COST_WINDOW = 64  # step timings kept per k value
 REFIT_EVERY = 8  # steps between cost refits
+IRLS_ROUNDS = 8  # reweighting rounds of the cost fit (its median line)
 MIN_HISTORY = 4.0  # observations the acceptance estimate keeps, however old
 SLOW_FACTOR = 8.0  # the slow memory's time constant, in fast ones
 CHANGE = 0.2  # fast and slow estimates this far apart: the traffic changed
@@ -104,10 +106,10 @@ class PositionAcceptance:
 @dataclass
 class StepCost:
     """``T = c0 + cP * prefill + cB * requests + cV * requests * verified + cD * requests * k``,
-    least squares on measured steps. A step checks the drafts the step before proposed
-    (``verified``) and proposes ``k``, so both are columns: with one only, a cycle of k
-    values would charge one step's drafts to the next. In steady state ``verified = k``
-    and a draft costs ``cV + cD`` per request."""
+    fitted to measured steps (robust_nonnegative_fit). A step checks the drafts the step
+    before proposed (``verified``) and proposes ``k``, so both are columns: with one only,
+    a cycle of k values would charge one step's drafts to the next. In steady state
+    ``verified = k`` and a draft costs ``cV + cD`` per request."""
 
     samples: dict[int, deque] = field(default_factory=dict)
     coef: tuple[float, ...] | None = None
@@ -128,14 +130,7 @@ class StepCost:
             return
         a = np.array([[1.0, *r[:4]] for r in rows])
         y = np.array([r[4] for r in rows])
-        # A little ridge: with one batch size (or no prefill) seen, a column is
-        # collinear with another; the prediction along the data stays right.
-        scale = np.maximum(np.abs(a).max(axis=0), 1e-9)
-        an = a / scale
-        lam = 1e-3 * len(rows)
-        self.coef = tuple(
-            float(c) for c in np.linalg.solve(an.T @ an + lam * np.eye(5), an.T @ y) / scale
-        )
+        self.coef = tuple(float(c) for c in robust_nonnegative_fit(a, y))
 
     def seconds(self, prefill: int, requests: int, k: int) -> float | None:
         if self.coef is None:
@@ -144,6 +139,38 @@ class StepCost:
         # Costs cannot be negative; a fit on few steps can say so.
         fixed = max(c0 + cp * prefill + cb * requests, 1e-6)
         return fixed + max(cv + cd, 0.0) * requests * k
+
+
+def robust_nonnegative_fit(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least absolute deviations (iteratively reweighted least squares), every
+    coefficient >= 0. A step time is only ever delayed by what is not the step: a
+    shape's first steps (kernels set up), another process on the core, a pause. Squared
+    error lets a few such steps set the fit (and once drove a draft's cost below zero
+    and the fixed part to the floor, so k=0 won at full acceptance); the median line
+    ignores them. No cost is negative: a column that fits below zero is left out."""
+    # A little ridge: with one batch size (or no prefill) seen, a column is
+    # collinear with another; the prediction along the data stays right.
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-9)
+    an = a / scale
+    lam = 1e-3 * len(y)
+    weights = np.ones(len(y))
+    coef = np.zeros(a.shape[1])
+    floor = 1e-3 * max(float(np.median(y)), 1e-9)  # residuals smaller than this are exact
+    for _ in range(IRLS_ROUNDS):
+        active = np.ones(a.shape[1], dtype=bool)
+        while True:
+            sub = an[:, active] * weights[:, None]
+            solved = np.linalg.solve(
+                sub.T @ an[:, active] + lam * np.eye(int(active.sum())), sub.T @ y
+            )
+            coef = np.zeros(a.shape[1])
+            coef[active] = solved
+            if (coef >= 0).all():
+                break
+            active &= coef > 0  # leave out what fit below zero, solve again
+        residual = np.abs(y - an @ coef)
+        weights = 1.0 / np.maximum(residual, floor)
+    return coef / scale
 
 
 def expected_tokens(alphas: list[float], requests: int, k: int) -> float:
