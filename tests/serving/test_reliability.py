@@ -24,7 +24,7 @@ from serving.metrics_page import RAY_EXPORT_PERIOD_S
 from tests.support.golden_prompts import prompt_of
 from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app
-from tests.support.streams import stream_ending
+from tests.support.streams import stream_ending, wait_streaming
 
 pytestmark = pytest.mark.slow
 KEY = "reliability-key-0123456789"
@@ -538,15 +538,16 @@ def _engine_replica_pids() -> list[int]:
 
 def test_killed_engine_replica_is_replaced(app, golden_design: GoldenDesign):
     endings: list[str] = []
+    started = threading.Semaphore(0)
 
     def stream_one():
         body = {"model": MODEL, "prompt": "neti", "max_tokens": 3000}
-        endings.append(stream_ending(app["base"], AUTH, body, timeout=60))
+        endings.append(stream_ending(app["base"], AUTH, body, timeout=60, started=started))
 
     threads = [threading.Thread(target=stream_one) for _ in range(2)]
     for t in threads:
         t.start()
-    time.sleep(3)
+    wait_streaming(started, 2, endings)
     pids = _engine_replica_pids()
     assert pids, "no engine replica process found"
     killed = time.monotonic()
@@ -589,7 +590,12 @@ def test_sigterm_drains_in_flight_requests(app, golden_design: GoldenDesign):
 
     worker = threading.Thread(target=request)
     worker.start()
-    time.sleep(1.0)  # in flight: 200 tokens take a few seconds here
+    # In flight as the drain counts it: the gateway's gauge (a fixed sleep was not enough
+    # with the rest of the suite on the same cores: the request was still on its way).
+    gateway = f"http://127.0.0.1:{app['ports']['gateway']}/metrics"
+    while total(scrape(gateway), "dsv4_gateway_requests_in_flight") < 1:
+        assert worker.is_alive(), f"the request ended before it was seen in flight: {result}"
+        time.sleep(0.05)
     sent = time.monotonic()
     os.kill(app["proc"].pid, signal.SIGTERM)
     worker.join(120)

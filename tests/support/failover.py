@@ -11,7 +11,7 @@ import httpx
 
 from serving.golden import GoldenDesign
 from tests.support.golden_prompts import prompt_of
-from tests.support.streams import stream_ending
+from tests.support.streams import stream_ending, wait_streaming
 
 MODEL = "dsv4-golden"
 HAPROXY_STATS = "http://127.0.0.1:8404/stats;csv"  # Ray's HAProxy stats frontend
@@ -59,9 +59,11 @@ def pids(pattern: str) -> list[int]:
     return found
 
 
-def stream(base: str, auth: dict, endings: list[str], max_tokens: int = 1500) -> None:
+def stream(
+    base: str, auth: dict, endings: list[str], started: threading.Semaphore, max_tokens: int = 1500
+) -> None:
     body = {"model": MODEL, "prompt": "neti", "max_tokens": max_tokens}
-    endings.append(stream_ending(base, auth, body, timeout=120))
+    endings.append(stream_ending(base, auth, body, timeout=120, started=started))
 
 
 class Prober(threading.Thread):
@@ -96,13 +98,16 @@ def fail_one(app: dict, design: GoldenDesign, victim_pattern: str) -> dict:
     """Four long streams, then a prober's short requests; kill the first process matching
     ``victim_pattern`` (one per replica). ``app``: ``base`` URL and ``auth`` headers."""
     endings: list[str] = []
+    started = threading.Semaphore(0)
     streams = [
-        threading.Thread(target=stream, args=(app["base"], app["auth"], endings), daemon=True)
+        threading.Thread(
+            target=stream, args=(app["base"], app["auth"], endings, started), daemon=True
+        )
         for _ in range(4)
     ]
     for t in streams:
         t.start()
-    time.sleep(4)  # all four streaming, two per replica
+    wait_streaming(started, 4, endings)  # all four streaming, two per replica
     prober = Prober(app["base"], app["auth"], design)
     prober.start()
     time.sleep(1)

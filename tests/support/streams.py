@@ -1,11 +1,20 @@
 """How a streamed completion ended, as the client saw it (failure tests)."""
 
+import threading
+
 import httpx
 
 
-def stream_ending(base: str, headers: dict[str, str], body: dict, timeout: float) -> str:
+def stream_ending(
+    base: str,
+    headers: dict[str, str],
+    body: dict,
+    timeout: float,
+    started: threading.Semaphore | None = None,
+) -> str:
     """Stream ``body`` to ``/v1/completions``: "complete" (a finish_reason arrived),
-    "error event", "closed without finish (STATUS)", "hang" or "connection error NAME"."""
+    "error event", "closed without finish (STATUS)", "hang" or "connection error NAME".
+    ``started`` is released at the first line: the request is on an engine."""
     finish = None
     try:
         with httpx.stream(
@@ -16,6 +25,9 @@ def stream_ending(base: str, headers: dict[str, str], body: dict, timeout: float
             timeout=timeout,
         ) as response:
             for line in response.iter_lines():
+                if started is not None:
+                    started.release()
+                    started = None
                 if '"error"' in line:
                     return "error event"
                 if '"finish_reason":"length"' in line.replace(" ", ""):
@@ -25,3 +37,11 @@ def stream_ending(base: str, headers: dict[str, str], body: dict, timeout: float
         return "hang"
     except httpx.HTTPError as exc:
         return f"connection error {type(exc).__name__}"
+
+
+def wait_streaming(started: threading.Semaphore, count: int, endings: list[str]) -> None:
+    """Until ``count`` streams have had their first line. A fixed sleep was not enough
+    with the rest of the suite on the same cores (CI): a stream still queued when its
+    replica was killed waited for the replacement, and the client timed out."""
+    for n in range(count):
+        assert started.acquire(timeout=180), f"{n} of {count} streams started; {endings}"
