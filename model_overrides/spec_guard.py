@@ -114,8 +114,11 @@ class StepCost:
     samples: dict[int, deque] = field(default_factory=dict)
     coef: tuple[float, ...] | None = None
     since_fit: int = 0
+    fixed: bool = False  # coef given (GuardSettings.step_cost): measured steps change nothing
 
     def add(self, prefill: int, requests: int, verified: int, k: int, seconds: float) -> None:
+        if self.fixed:
+            return
         self.samples.setdefault(k, deque(maxlen=COST_WINDOW)).append(
             (prefill, requests, requests * verified, requests * k, seconds)
         )
@@ -196,6 +199,8 @@ class AdaptiveK:
         self.settings, self.k_max = settings, k_max
         self.acceptance = PositionAcceptance(k_max, settings.tau_s, settings.prior_weight)
         self.cost = StepCost()
+        if settings.step_cost is not None:
+            self.cost = StepCost(coef=tuple(settings.step_cost), fixed=True)
         self.k = k_max  # the k the guard holds (probes and calibration aside)
         self.decisions: Counter[str] = Counter()
         self.steps = 0
@@ -213,7 +218,7 @@ class AdaptiveK:
         """K, K, K-1, K-1, ..., 0, 0, repeated: each k held two steps, so the second
         step of a pair verifies what it proposes."""
         cycle = 2 * (self.k_max + 1)
-        if self.steps >= self.settings.calibration_cycles * cycle:
+        if self.cost.fixed or self.steps >= self.settings.calibration_cycles * cycle:
             return None
         return self.k_max - (self.steps % cycle) // 2
 

@@ -59,6 +59,13 @@ class GuardSettings(BaseModel):
     prior_weight: float = Field(
         0.1, gt=0, le=100, description="pseudo-observations of the optimistic prior (1.0)"
     )
+    step_cost: tuple[float, float, float, float, float] | None = Field(
+        None,
+        description="adaptive: a fixed step cost in seconds, [per step, per prefill token, "
+        "per request, per request and verified draft, per request and proposed draft], "
+        "instead of the one fitted online; for hosts whose step times are too noisy to fit "
+        "(shared cores), from a run of the guard bench",
+    )
     script: list[int] | None = Field(None, description="script mode: k per step, repeated")
 
     @model_validator(mode="after")
@@ -84,6 +91,11 @@ class GuardSettings(BaseModel):
                     raise ValueError(
                         f"batch_table entry {[lo, hi, k]}: need 1 <= first <= last, k >= 0"
                     )
+        if self.step_cost is not None:
+            if self.mode != "adaptive":
+                raise ValueError(f"step_cost is for guard mode 'adaptive', not {self.mode!r}")
+            if min(self.step_cost) < 0 or self.step_cost[0] <= 0:
+                raise ValueError("step_cost: every cost >= 0 and the per-step one > 0")
         if any(k < 0 for k in self.script or []):
             raise ValueError("script values must be >= 0")
         return self
@@ -106,8 +118,9 @@ class GuardSettings(BaseModel):
             return f"batch (vLLM's table; batch size {ranges})"
         if self.mode == "script":
             return f"script (k per step {self.script})"
+        cost = "fitted online" if self.step_cost is None else f"fixed {list(self.step_cost)}"
         return (
-            f"adaptive (acceptance over tau {self.tau_s} s, probe every "
+            f"adaptive (step cost {cost}, acceptance over tau {self.tau_s} s, probe every "
             f"{self.probe_interval_s} s and {self.probe_min_steps} steps, switch on a "
             f"{self.hysteresis:.0%} gain held "
             f"{self.confirm_steps} steps, dwell {self.min_dwell_s} s)"

@@ -2,7 +2,15 @@
 families checkpoint (drafts always, half, never right). Two child engines: the guard in
 script mode (k fixed per step), whose counters must be the simulator's step for step,
 which proves where the guard hooks in and the one-step lag; and the adaptive guard over
-phases of changing acceptance. Behaviour only: timing targets are the bench's."""
+phases of changing acceptance. Behaviour only: timing targets are the bench's.
+
+The adaptive run takes a fixed step cost (``step_cost``, about what this engine measures
+on a quiet 2-core machine) instead of fitting it: beside the rest of the suite a step can
+take 100x its quiet time (CI, and here with the prefix-routing app alongside: steps of
+60 ms took up to 8 s), and what the guard decides from such timings says nothing about
+its hook. So its decisions here follow from the engine's own acceptance counts alone.
+The online fit is tested on simulated steps with delays (tests/unit/test_spec_guard.py)
+and on this engine by `dsv4-serve bench --workloads ...` (docs/benchmarks.md)."""
 
 from pathlib import Path
 
@@ -23,6 +31,9 @@ DRAFTED = "vllm:spec_decode_num_draft_tokens"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 SCRIPT = [2, 0, 1]
 PLAN = "high:2,zero:8,zero:8,high:8,half:8,mixed:8"
+# Per step, prefill token, request, verified and proposed draft per request (seconds): at
+# batch 8, k=0/1/2 steps of 64/80/96 ms, so k=2 wins on high, 0 on zero, 1 on half.
+STEP_COST = (0.04, 0.0, 0.003, 0.001, 0.001)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +49,7 @@ def run(model_dir: Path, plan: str, settings: GuardSettings) -> dict:
 
 @pytest.fixture(scope="module")
 def adaptive(families_dir: Path) -> dict:
-    return run(families_dir, PLAN, GuardSettings(mode="adaptive"))
+    return run(families_dir, PLAN, GuardSettings(mode="adaptive", step_cost=STEP_COST))
 
 
 def test_a_scripted_k_gives_the_simulators_counters_step_for_step(families_dir):
@@ -98,7 +109,8 @@ def test_the_state_file_holds_what_the_gauges_publish(adaptive):
     state = adaptive["state"]
     assert state["mode"] == "adaptive" and state["k_max"] == K
     assert len(state["acceptance"]) == K
-    assert {"calibrate", "down", "up", "probe", "hold"} <= set(state["decisions"])
+    assert {"down", "up", "probe", "hold"} <= set(state["decisions"])
+    assert "calibrate" not in state["decisions"] and state["cost"] == list(STEP_COST)
     assert sum(state["decisions"].values()) == state["steps"]
 
 

@@ -179,6 +179,20 @@ def test_steps_delayed_by_other_work_do_not_talk_the_guard_out_of_drafting():
     assert min(shares) >= 0.9, shares
 
 
+def test_a_fixed_step_cost_replaces_the_fit_and_its_calibration():
+    # Step times that say drafts are dear; the fixed cost says they are cheap: the fixed
+    # cost decides, from the first step (no calibration steps), and is what is published.
+    fixed = GuardSettings(mode="adaptive", step_cost=(0.04, 0, 0.003, 0.001, 0.001))
+    sim = engine(cost(0.04, 0.003, 0.05), fixed)
+    sim.run(5, 8, [1.0, 1.0])
+    assert "calibrate" not in sim.guard.decisions
+    assert set(sim.held_k(0)) == {K}
+    sim.run(5, 8, [0.0, 0.0])
+    assert sim.held_k(8)[-1] == 0
+    assert sim.guard.state(sim.now)["cost"] == [0.04, 0, 0.003, 0.001, 0.001]
+    assert "step cost fixed" in fixed.describe()
+
+
 def static(k: int) -> GuardSettings:
     return GuardSettings(mode="script", script=[k])
 
@@ -282,6 +296,9 @@ def preset_with(*sets: str):
 def test_the_preset_carries_the_guard_to_the_engine():
     preset = preset_with("speculation.guard.mode=adaptive", "speculation.guard.tau_s=1.5")
     assert json.loads(preset.engine_env()[GUARD_ENV]) == {"mode": "adaptive", "tau_s": 1.5}
+    fixed = preset_with("speculation.guard={mode: adaptive, step_cost: [0.04, 0, 0.003, 0, 0]}")
+    settings = GuardSettings.model_validate_json(fixed.engine_env()[GUARD_ENV])
+    assert settings.step_cost == (0.04, 0, 0.003, 0, 0)
     assert (
         "num_speculative_tokens_per_batch_size" not in preset.engine_kwargs()["speculative_config"]
     )
@@ -321,6 +338,12 @@ def test_vllms_own_parser_takes_the_batch_table():
         (["speculation.guard.tau_s=0"], "tau_s"),
         (["speculation.guard.probe_every=1"], "probe_every"),
         (["speculation.guard.script=[1]"], "script is for guard mode 'script'"),
+        (["speculation.guard.step_cost=[0.01, 0, 0, 0, 0]"], "step_cost is for guard mode"),
+        (
+            ["speculation.guard={mode: adaptive, step_cost: [0, 0, 0.001, 0.001, 0]}"],
+            "per-step one > 0",
+        ),
+        (["speculation.guard={mode: adaptive, step_cost: [0.01, 0]}"], "step_cost"),
         (
             ["speculation={method: none, num_speculative_tokens: 0, guard: {mode: adaptive}}"],
             "needs a speculative method",
