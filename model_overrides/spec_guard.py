@@ -29,7 +29,7 @@ from model_overrides.spec_guard_config import GuardSettings
 
 COST_WINDOW = 64  # step timings kept per k value
 REFIT_EVERY = 8  # steps between cost refits
-IRLS_ROUNDS = 8  # reweighting rounds of the cost fit (its median line)
+IRLS_ROUNDS = 8  # at most, reweighting rounds of the cost fit (its median line)
 MIN_HISTORY = 4.0  # observations the acceptance estimate keeps, however old
 SLOW_FACTOR = 8.0  # the slow memory's time constant, in fast ones
 CHANGE = 0.2  # fast and slow estimates this far apart: the traffic changed
@@ -157,7 +157,7 @@ def robust_nonnegative_fit(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     an = a / scale
     lam = 1e-3 * len(y)
     weights = np.ones(len(y))
-    coef = np.zeros(a.shape[1])
+    coef = last = np.zeros(a.shape[1])
     floor = 1e-3 * max(float(np.median(y)), 1e-9)  # residuals smaller than this are exact
     for _ in range(IRLS_ROUNDS):
         active = np.ones(a.shape[1], dtype=bool)
@@ -171,6 +171,9 @@ def robust_nonnegative_fit(a: np.ndarray, y: np.ndarray) -> np.ndarray:
             if (coef >= 0).all():
                 break
             active &= coef > 0  # leave out what fit below zero, solve again
+        if np.abs(coef - last).max() <= 1e-3 * np.abs(coef).max():
+            break  # settled: most fits take a few rounds (the fit runs in the scheduler)
+        last = coef
         residual = np.abs(y - an @ coef)
         weights = 1.0 / np.maximum(residual, floor)
     return coef / scale
