@@ -11,10 +11,10 @@ of this step (the next step verifies them), to maximise expected tokens per seco
 a time-decayed estimate from the engine's own spec-decode counts. ``c0, cN, cD`` are
 fitted online (least absolute deviations, no cost below zero) on this engine's measured
 step times, with start-up calibration steps cycling k so that the draft cost is
-identifiable. A switch needs a
-margin (hysteresis) held for a few steps and a dwell time; while k < K a probe step now
-and then (``probe_interval_s`` and ``probe_min_steps`` apart) drafts K so the estimate
-stays live and the guard recovers.
+identifiable, or fixed (``step_cost``). A switch needs a margin (hysteresis) held for a
+few steps and a dwell time; while k < K a probe step now and then (``probe_interval_s``
+and ``probe_min_steps`` apart) drafts K so the estimate stays live and the guard
+recovers.
 """
 
 from __future__ import annotations
@@ -139,9 +139,9 @@ class StepCost:
         if self.coef is None:
             return None
         c0, cp, cb, cv, cd = self.coef
-        # Costs cannot be negative; a fit on few steps can say so.
+        # No cost is negative (the fit, step_cost's check); all of them can be zero.
         fixed = max(c0 + cp * prefill + cb * requests, 1e-6)
-        return fixed + max(cv + cd, 0.0) * requests * k
+        return fixed + (cv + cd) * requests * k
 
 
 def robust_nonnegative_fit(a: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -201,9 +201,8 @@ class AdaptiveK:
     def __init__(self, settings: GuardSettings, k_max: int) -> None:
         self.settings, self.k_max = settings, k_max
         self.acceptance = PositionAcceptance(k_max, settings.tau_s, settings.prior_weight)
-        self.cost = StepCost()
-        if settings.step_cost is not None:
-            self.cost = StepCost(coef=tuple(settings.step_cost), fixed=True)
+        fixed = settings.step_cost
+        self.cost = StepCost() if fixed is None else StepCost(coef=tuple(fixed), fixed=True)
         self.k = k_max  # the k the guard holds (probes and calibration aside)
         self.decisions: Counter[str] = Counter()
         self.steps = 0
