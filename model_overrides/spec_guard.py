@@ -47,12 +47,13 @@ class _Decayed:
     def decay(self, now: float) -> None:
         if self.last is not None and now > self.last:
             f = math.exp(-(now - self.last) / self.tau_s)
-            # Keep at least MIN_HISTORY observations: with drafting off only probes
-            # observe, and the prior must not outweigh what they saw.
-            if self.reached[0] * f < MIN_HISTORY:
-                f = min(1.0, MIN_HISTORY / self.reached[0]) if self.reached[0] else 1.0
-            self.reached = [r * f for r in self.reached]
-            self.accepted = [a * f for a in self.accepted]
+            # Keep at least MIN_HISTORY observations at each position: with drafting off
+            # (or k below the position) only probes observe it, and the prior must not
+            # outweigh what they saw (or the guard would switch up to re-learn it).
+            for j, reached in enumerate(self.reached):
+                fj = max(f, min(1.0, MIN_HISTORY / reached)) if reached else 1.0
+                self.reached[j] *= fj
+                self.accepted[j] *= fj
         self.last = now if self.last is None else max(self.last, now)
 
     def observe(self, drafted: int, accepted: int, now: float) -> None:
@@ -76,8 +77,9 @@ class PositionAcceptance:
     Two memories: a fast one (``tau_s``) and a slow one (SLOW_FACTOR x longer). The
     slow one decides while the two agree (steady traffic, little noise); when they part
     by more than CHANGE the traffic changed and the fast one decides, so a collapse or
-    a recovery shows within about ``tau_s``. With no recent data an estimate falls back
-    to an optimistic prior of 1.0, weighted as ``prior_weight`` observations."""
+    a recovery shows within about ``tau_s``. Old observations fade to MIN_HISTORY per
+    position, never below; a position never reached reads as an optimistic prior of 1.0,
+    weighted as ``prior_weight`` observations."""
 
     def __init__(self, k_max: int, tau_s: float, prior_weight: float) -> None:
         self.prior_weight = prior_weight

@@ -143,6 +143,17 @@ def test_half_acceptance_at_the_first_position_only_picks_one_draft():
     assert held.count(1) / len(held) > 0.9, sim.trace[-30:]
 
 
+def test_a_position_only_probes_reach_keeps_its_evidence_on_slow_steps():
+    # k=1 held on "half": only probe steps reach the second position, and a probe can be
+    # seconds apart when steps are slow (CI: a core shared with other work). Its few
+    # rejections must outlast the gap, or the optimistic prior returns and the guard
+    # switches up to k=2 every few seconds to re-learn them (one CI run did).
+    fixed = GuardSettings(mode="adaptive", step_cost=(0.04, 0, 0.003, 0.001, 0.001))
+    sim = engine(lambda requests, k: 5 * CPU_LIKE(requests, k), fixed)
+    sim.run(300, 8, [0.5, 0.0])
+    assert set(sim.held_k(50)) == {1}, [t for t in sim.trace if t[2] == "up"]
+
+
 def test_drafts_that_cost_more_per_request_turn_off_at_large_batches_first():
     # verify-bound: each draft costs 4x a target token per request (a GPU at large batch)
     step_time = cost(0.01, 0.001, 0.004)
