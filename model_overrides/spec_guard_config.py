@@ -109,6 +109,25 @@ class GuardSettings(BaseModel):
                 f"{num_speculative_tokens}"
             )
 
+    def graph_table(self, k_max: int, max_num_seqs: int | None) -> list[list[int]] | None:
+        """adaptive and script: a vLLM batch-size table that holds every k in 0..k_max,
+        for the engine's ``num_speculative_tokens_per_batch_size``. vLLM's GPU runner
+        captures decode CUDA graphs for each k its table holds, and with no table for
+        k_max only (vllm/v1/worker/gpu/cudagraph_utils.py, "capture graphs for all
+        possible values"): a step the guard runs at a smaller k then goes without them
+        (the H200 guard bench, 2026-12-03: 46 full graphs against vLLM's table's 101, and
+        the guard at k=0 slower than static k=0). The guard replaces the table's lookup in
+        the scheduler (model_overrides/patches/spec_guard.py), so the table only says which
+        graphs exist. It gives k_max to all but the k_max largest batch sizes, so a vLLM
+        whose scheduler the guard no longer recognises runs static k_max but there. None
+        without ``max_num_seqs`` (the table must reach each k inside it) or below k_max + 2."""
+        if self.mode not in ("adaptive", "script") or not max_num_seqs:
+            return None
+        if max_num_seqs < k_max + 2:
+            return None
+        top = max_num_seqs - k_max
+        return [[1, top, k_max]] + [[top + i, top + i, k_max - i] for i in range(1, k_max + 1)]
+
     def describe(self) -> str:
         """One line for `dsv4-serve check`."""
         if self.mode == "off":

@@ -70,7 +70,9 @@ class Speculation(_Strict):
         self.guard.check_k(self.num_speculative_tokens)
         return self
 
-    def vllm_config(self) -> dict[str, Any] | None:
+    def vllm_config(self, max_num_seqs: int | None = None) -> dict[str, Any] | None:
+        """vLLM's ``speculative_config``; ``max_num_seqs`` places the adaptive guard's
+        graph table (GuardSettings.graph_table)."""
         if self.method == "none":
             return None
         out: dict[str, Any] = {
@@ -83,6 +85,8 @@ class Speculation(_Strict):
             out["num_speculative_tokens_per_batch_size"] = [
                 list(entry) for entry in self.guard.batch_table or []
             ]
+        elif table := self.guard.graph_table(self.num_speculative_tokens, max_num_seqs):
+            out["num_speculative_tokens_per_batch_size"] = table
         return out
 
 
@@ -335,7 +339,7 @@ class Preset(_Strict):
             kwargs["enable_expert_parallel"] = True
         if par.nodes > 1:  # ranks on several hosts: vLLM's Ray executor places them
             kwargs["distributed_executor_backend"] = "ray"
-        spec = self.speculation.vllm_config()
+        spec = self.speculation.vllm_config(self.engine_args.get("max_num_seqs"))
         if spec:
             kwargs["speculative_config"] = spec
         # The workers answer the gateway's status question (model_overrides/engine_status.py).

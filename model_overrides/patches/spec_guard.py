@@ -10,7 +10,8 @@ Where it hooks into vLLM 0.32 (``vllm/v1/core/sched/scheduler.py``):
   the proposer as ``num_speculative_tokens``; 0 returns no drafts). A non-None lookup also
   turns off the fake ``-1`` draft padding for CUDA graphs, as vLLM's own table does.
 - ``Scheduler.make_spec_decoding_stats`` is called for every request of every verified
-  step, whether or not stats are logged: the guard's acceptance feed.
+  step (inside ``update_from_output``), whether or not stats are logged: the guard's
+  acceptance feed, gathered there and counted once the step's update returns.
 - ``schedule`` / ``update_from_output``: the step's measured time, for the cost model.
 
 The probe reads those lines in vLLM's source files without importing the runner or the
@@ -79,6 +80,7 @@ class GuardLookup:
         self.state_path = os.environ.get(STATE_ENV) or None
         self.log_path = os.environ.get(LOG_ENV) or None
         self.started: dict[int, float] = {}
+        self.drafts: list[tuple[int, int]] = []  # this step's, until step_finished
         self.last_written = 0.0
         self.announced = False
 
@@ -121,6 +123,8 @@ class GuardLookup:
     def step_finished(self, output: Any) -> None:
         began = self.started.pop(id(output), None)
         now = time.monotonic()
+        self.guard.observe_drafts(self.drafts, now)
+        self.drafts = []
         requests = len(output.num_scheduled_tokens)
         if began is not None and requests:
             spec = output.scheduled_spec_decode_tokens
@@ -158,11 +162,14 @@ def install(scheduler: Any, settings: GuardSettings) -> str | None:
     k_max = getattr(scheduler, "num_spec_tokens", 0)
     if not k_max:
         return "no speculative decoding"
-    if scheduler.dynamic_sd_lookup is not None:
-        return "vLLM's own batch-size table is configured; it stays"
     dp = scheduler.vllm_config.parallel_config.data_parallel_size
     if dp > 1:
         return f"data parallel size {dp}: ranks would pick different k"
+    if scheduler.dynamic_sd_lookup is not None:
+        # GuardSettings.graph_table: configured so that the runner captures CUDA graphs
+        # for every k; which k a step runs is the guard's (the preset allows no other
+        # table beside an adaptive guard).
+        logger.info("speculation guard: in place of vLLM's batch-size table (its graphs stay)")
     scheduler.dynamic_sd_lookup = GuardLookup(settings, k_max)
     return None
 
@@ -200,9 +207,7 @@ def _wrap_stats(original: Any) -> Any:
     ) -> Any:
         if guard := _guard_of(self):
             invalid = (num_invalid_spec_tokens or {}).get(request_id, 0)
-            guard.guard.observe_draft(
-                num_draft_tokens - invalid, num_accepted_tokens, time.monotonic()
-            )
+            guard.drafts.append((num_draft_tokens - invalid, num_accepted_tokens))
         return original(
             self,
             spec_decoding_stats,

@@ -226,7 +226,11 @@ def _vllm_command(kind: str, setup: LocalSetup, python: str) -> list[str]:
     if match := _VLLM_KIND.fullmatch(base):
         return cmd + to_cli_args(vllm_kwargs(setup, int(match.group(1))))
     k = setup.preset.speculation.num_speculative_tokens
-    table = guard_settings(kind, setup).batch_table if base == "vllm-batch" else None
+    guard = guard_settings(kind, setup)
+    if base == "vllm-batch":
+        table = guard.batch_table
+    else:  # the guard's: CUDA graphs for every k it may pick
+        table = guard.graph_table(k, setup.preset.engine_args.get("max_num_seqs"))
     return cmd + to_cli_args(vllm_kwargs(setup, k, table))
 
 

@@ -16,11 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from model_overrides.spec_guard_config import LOG_ENV, STATE_ENV
+from model_overrides.spec_guard_config import LOG_ENV, STATE_ENV, from_environment
 from serving.golden.writer import read_design
 from serving.golden_engine import golden_engine_kwargs, mtp_config
 from tests.support.guard_plan import MAX_TOKENS, K, prompts_of
 from tests.support.mtp_runner import counters, delta
+
+MAX_NUM_SEQS = 16  # the plans' largest phase is 8
 
 
 def main(model_dir: str, plan: str) -> dict:
@@ -31,8 +33,15 @@ def main(model_dir: str, plan: str) -> dict:
     os.environ.setdefault(LOG_ENV, os.path.join(work, "decisions.jsonl"))
     os.environ.setdefault(STATE_ENV, os.path.join(work, "state.json"))
     design = read_design(model_dir)
+    # As the preset builds it: beside the guard, vLLM's table that holds every k (for the
+    # GPU's graphs); the scheduler must run the guard's k, not the table's.
+    spec = mtp_config(K)
+    if table := from_environment().graph_table(K, MAX_NUM_SEQS):
+        spec["num_speculative_tokens_per_batch_size"] = table
     llm = LLM(
-        **golden_engine_kwargs(model_dir, speculative_config=mtp_config(K), disable_log_stats=False)
+        **golden_engine_kwargs(
+            model_dir, speculative_config=spec, max_num_seqs=MAX_NUM_SEQS, disable_log_stats=False
+        )
     )
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
     phases = []

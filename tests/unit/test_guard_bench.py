@@ -76,10 +76,13 @@ def test_the_guard_bench_targets_differ_only_in_their_guard():
     spec = json.loads(batch_cmd[batch_cmd.index("--speculative-config") + 1])
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 8, 2], [9, 16, 1], [17, 65536, 0]]
     guard_cmd = specs["vllm-guard"].command
-    assert (
-        "num_speculative_tokens_per_batch_size"
-        not in guard_cmd[guard_cmd.index("--speculative-config") + 1]
-    )
+    guard_spec = json.loads(guard_cmd[guard_cmd.index("--speculative-config") + 1])
+    # The guard's graph table (GuardSettings.graph_table): a graph for every k, k=2 to 14.
+    assert guard_spec["num_speculative_tokens_per_batch_size"] == [
+        [1, 14, 2],
+        [15, 15, 1],
+        [16, 16, 0],
+    ]
     assert json.loads(specs["vllm-guard"].env[GUARD_ENV])["mode"] == "adaptive"
     # The preset asked for the guard; the static and table targets run without it.
     assert GUARD_ENV not in specs["vllm-k0"].env and GUARD_ENV not in specs["vllm-batch"].env

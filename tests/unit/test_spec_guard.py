@@ -87,6 +87,20 @@ def test_acceptance_counts_each_position_given_the_one_before():
     assert [round(r, 6) for r in acc.rates(0.0)] == [round(2 / 3, 6), 0.5, 1.0]
 
 
+def test_a_steps_drafts_counted_together_read_as_one_by_one():
+    # The engine hands the guard a step's drafts at once (fading once, each kind once).
+    one, together = AdaptiveK(ADAPTIVE, K), AdaptiveK(ADAPTIVE, K)
+    rng = random.Random(1)
+    for step in range(200):
+        now = step * 0.01
+        drafts = [(rng.choice([1, 2]), rng.randint(0, 2)) for _ in range(16)]
+        for drafted, accepted in drafts:
+            one.observe_draft(drafted, min(accepted, drafted), now)
+        together.observe_drafts([(d, min(a, d)) for d, a in drafts], now)
+    assert one.acceptance.rates(2.0) == pytest.approx(together.acceptance.rates(2.0))
+    assert one.acceptance.reached == pytest.approx(together.acceptance.reached)
+
+
 def test_old_acceptance_fades_but_a_few_observations_stay():
     acc = PositionAcceptance(1, tau_s=0.5, prior_weight=0.1)
     for _ in range(40):
@@ -310,9 +324,6 @@ def test_the_preset_carries_the_guard_to_the_engine():
     fixed = preset_with("speculation.guard={mode: adaptive, step_cost: [0.04, 0, 0.003, 0, 0]}")
     settings = GuardSettings.model_validate_json(fixed.engine_env()[GUARD_ENV])
     assert settings.step_cost == (0.04, 0, 0.003, 0, 0)
-    assert (
-        "num_speculative_tokens_per_batch_size" not in preset.engine_kwargs()["speculative_config"]
-    )
     batch = preset_with("speculation.guard={mode: batch, batch_table: [[1, 4, 2], [5, 16, 0]]}")
     assert GUARD_ENV not in batch.engine_env()
     assert batch.engine_kwargs()["speculative_config"]["num_speculative_tokens_per_batch_size"] == [
@@ -337,6 +348,38 @@ def test_vllms_own_parser_takes_the_batch_table():
     )
     spec = EngineArgs.from_cli_args(args).speculative_config
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 4, 2], [5, 16, 0]]
+
+
+def test_the_adaptive_guard_has_vllm_capture_a_graph_for_every_k():
+    """The graph table as vLLM takes it (its parser, its own dense lookup): every k in
+    0..K somewhere within max_num_seqs, so the GPU runner captures decode graphs for each
+    (vllm/v1/worker/gpu/cudagraph_utils.py reads the same lookup); k=K up to the largest
+    batches, which is what a vLLM the guard does not recognise would run."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    from serving.golden_engine import to_cli_args
+
+    preset = preset_with("speculation.guard.mode=adaptive")
+    kwargs = preset.engine_kwargs()
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    args = parser.parse_args(
+        ["--model", "x", *to_cli_args({"speculative_config": kwargs["speculative_config"]})]
+    )
+    table = EngineArgs.from_cli_args(args).speculative_config[
+        "num_speculative_tokens_per_batch_size"
+    ]
+    max_num_seqs = preset.engine_args["max_num_seqs"]
+    dense = build_dynamic_sd_schedule_lookup(table, max_num_seqs, K)
+    assert set(dense[1:]) == set(range(K + 1))
+    assert set(dense[1 : max_num_seqs - K + 1]) == {K}
+    # Off, batch (the user's table) and no max_num_seqs: no graph table.
+    assert GuardSettings().graph_table(K, 16) is None
+    assert GuardSettings(mode="adaptive").graph_table(K, None) is None
+    assert GuardSettings(mode="adaptive").graph_table(K, K + 1) is None
+    off = preset_with().engine_kwargs()["speculative_config"]  # cpu-tiny: guard off
+    assert "num_speculative_tokens_per_batch_size" not in off
 
 
 @pytest.mark.parametrize(
@@ -407,7 +450,10 @@ def test_install_takes_the_lookup_and_refuses_what_vllm_refuses():
     assert isinstance(s.dynamic_sd_lookup, hook.GuardLookup)
     assert 0 <= s.dynamic_sd_lookup[3] <= K
     assert "data parallel" in hook.install(scheduler(dp=2), ADAPTIVE)
-    assert "table" in hook.install(scheduler(dynamic_sd_lookup=[0, 2, 2]), ADAPTIVE)
+    # vLLM's table (the guard's graph table) gives way: the guard picks every step's k.
+    table = scheduler(dynamic_sd_lookup=[0, 2, 2])
+    assert hook.install(table, ADAPTIVE) is None
+    assert isinstance(table.dynamic_sd_lookup, hook.GuardLookup)
     assert "no speculative" in hook.install(scheduler(num_spec_tokens=0), ADAPTIVE)
 
 
