@@ -119,11 +119,17 @@ class GuardSettings(BaseModel):
         the guard at k=0 slower than static k=0). The guard replaces the table's lookup in
         the scheduler (model_overrides/patches/spec_guard.py), so the table only says which
         graphs exist. It gives k_max to all but the k_max largest batch sizes, so a vLLM
-        whose scheduler the guard no longer recognises runs static k_max but there. None
-        without ``max_num_seqs`` (the table must reach each k inside it) or below k_max + 2."""
+        whose scheduler the guard no longer recognises runs static k_max but there.
+        What it costs: each k's full graphs reach the largest batch the table gives it (for
+        k_max, ``max_num_seqs - k_max``), a graph set per k to capture at start, and on
+        vLLM's V1 runner (not the V2 the H200 ran) vLLM keeps only piecewise graphs with
+        any table (config/vllm.py ``_maybe_override_dynamic_sd_cudagraph_mode``), as it
+        judges full graphs unreliable when k varies. None without ``max_num_seqs`` (the
+        table must reach each k inside it; a GPU preset with the guard must set it) or
+        below k_max + 1."""
         if self.mode not in ("adaptive", "script") or not max_num_seqs:
             return None
-        if max_num_seqs < k_max + 2:
+        if max_num_seqs <= k_max:
             return None
         top = max_num_seqs - k_max
         return [[1, top, k_max]] + [[top + i, top + i, k_max - i] for i in range(1, k_max + 1)]

@@ -305,6 +305,14 @@ class Preset(_Strict):
                     "each node must hold whole tensor-parallel groups "
                     "(per_replica/nodes a multiple of tensor)"
                 )
+        guard = self.speculation.guard
+        graphs = guard.mode in ("adaptive", "script") and acc.kind != "cpu"
+        if graphs and not self.engine_args.get("max_num_seqs"):
+            raise ValueError(
+                f"speculation.guard mode {guard.mode!r} on a GPU needs "
+                "engine_args.max_num_seqs: the guard's table places a CUDA graph for "
+                "every k below it (GuardSettings.graph_table)"
+            )
         reserved = {"speculative_config", "tensor_parallel_size", "pipeline_parallel_size", "model"}
         clash = reserved & set(self.engine_args)
         if clash:

@@ -377,7 +377,8 @@ def test_the_adaptive_guard_has_vllm_capture_a_graph_for_every_k():
     # Off, batch (the user's table) and no max_num_seqs: no graph table.
     assert GuardSettings().graph_table(K, 16) is None
     assert GuardSettings(mode="adaptive").graph_table(K, None) is None
-    assert GuardSettings(mode="adaptive").graph_table(K, K + 1) is None
+    assert GuardSettings(mode="adaptive").graph_table(K, K) is None
+    assert GuardSettings(mode="adaptive").graph_table(K, K + 1) == [[1, 1, 2], [2, 2, 1], [3, 3, 0]]
     off = preset_with().engine_kwargs()["speculative_config"]  # cpu-tiny: guard off
     assert "num_speculative_tokens_per_batch_size" not in off
 
@@ -407,6 +408,18 @@ def test_the_adaptive_guard_has_vllm_capture_a_graph_for_every_k():
 def test_bad_guard_settings_name_the_field(sets, message):
     with pytest.raises(PresetError, match=message):
         preset_with(*sets)
+
+
+def test_a_gpu_preset_with_the_guard_names_the_missing_max_num_seqs():
+    adaptive = "speculation.guard.mode=adaptive"
+    with pytest.raises(PresetError, match="needs engine_args.max_num_seqs"):
+        resolve(BuildArgs(preset="h200-flash-mtp", set=[adaptive]))
+    preset = resolve(
+        BuildArgs(preset="h200-flash-mtp", set=[adaptive, "engine_args.max_num_seqs=64"])
+    )[1]
+    table = preset.engine_kwargs()["speculative_config"]["num_speculative_tokens_per_batch_size"]
+    k = preset.speculation.num_speculative_tokens
+    assert table[0] == [1, 64 - k, k] and table[-1] == [64, 64, 0]
 
 
 def test_a_bad_guard_environment_is_a_clear_engine_error(monkeypatch):
