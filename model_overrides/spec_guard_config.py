@@ -127,9 +127,7 @@ class GuardSettings(BaseModel):
         judges full graphs unreliable when k varies. None without ``max_num_seqs`` (the
         table must reach each k inside it; a GPU preset with the guard must set it) or
         below k_max + 1."""
-        if self.mode not in ("adaptive", "script") or not max_num_seqs:
-            return None
-        if max_num_seqs <= k_max:
+        if self.mode not in ("adaptive", "script") or not max_num_seqs or max_num_seqs <= k_max:
             return None
         top = max_num_seqs - k_max
         return [[1, top, k_max]] + [[top + i, top + i, k_max - i] for i in range(1, k_max + 1)]
