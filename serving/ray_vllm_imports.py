@@ -1,12 +1,13 @@
 """Do Ray Serve LLM's imports of vLLM resolve in the installed vLLM?
 
-    python -m serving.ray_vllm_imports RAY_LLM_SERVE_DIR   # one JSON line
+    python -m serving.ray_vllm_imports RAY_LLM_SERVE_DIR [--no-aliases]   # one JSON line
 
 Ray Serve LLM imports vLLM by module path (ray/llm/_internal/serve/engines/vllm/...), so
 a vLLM that moves a module breaks the Serve replicas at import, before any engine starts.
 The version matrix runs this in each vLLM's environment on the project's Ray source (the
 side environments have no Ray). Only module-level imports count: those inside functions
-run on paths we may never take, and Ray guards some of them.
+run on paths we may never take, and Ray guards some of them. They resolve with the
+images' import aliases installed (model_overrides/import_aliases.py), as in the images.
 """
 
 import ast
@@ -14,6 +15,8 @@ import importlib
 import json
 import sys
 from pathlib import Path
+
+from model_overrides import import_aliases
 
 
 def module_level_imports(path: Path) -> list[tuple[str, str | None, int]]:
@@ -28,8 +31,10 @@ def module_level_imports(path: Path) -> list[tuple[str, str | None, int]]:
     return found
 
 
-def unresolved(root: Path) -> dict[str, str]:
+def unresolved(root: Path, aliases: bool = True) -> dict[str, str]:
     """``file:line`` -> what does not resolve, for every module-level vLLM import."""
+    if aliases:
+        import_aliases.install()
     missing = {}
     for path in sorted(root.rglob("*.py")):
         for module, name, line in module_level_imports(path):
@@ -48,4 +53,4 @@ def unresolved(root: Path) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    print("IMPORTS " + json.dumps(unresolved(Path(sys.argv[1]))))
+    print("IMPORTS " + json.dumps(unresolved(Path(sys.argv[1]), "--no-aliases" not in sys.argv)))

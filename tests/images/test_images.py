@@ -211,6 +211,12 @@ def test_check_runs_inside_the_image_as_its_user(images, platform: str):
         # download Job's hub CLI, the helm test's OpenAI client.
         entry_points = "import serving.app, serving.bench.command, huggingface_hub.cli.hf, openai"
         buildah("run", "--isolation", "chroot", ctr, "--", "python3", "-c", entry_points)
+        # The .pth that serves vLLM modules Ray imports by their old path, in every process.
+        aliases = (
+            "import sys, model_overrides.import_aliases as a; "
+            "assert any(isinstance(f, a.MovedModuleFinder) for f in sys.meta_path)"
+        )
+        buildah("run", "--isolation", "chroot", ctr, "--", "python3", "-c", aliases)
     finally:
         buildah("rm", ctr, check=False)
 
