@@ -68,6 +68,34 @@ def test_ray_serve_llms_vllm_imports_on_each_version(version: str):
     # Exactly the declared breaks: a new one (or Ray fixing one) changes this table.
     v = vllm_matrix.SUPPORTED[version]
     assert set(vllm_matrix.ray_unresolved(v)) == v.ray_unresolved
+    # What the alias does: on 0.33 exactly Ray's FrontendArgs imports of the moved module.
+    bare = vllm_matrix.ray_unresolved(v, aliases=False)
+    aliased = {where: why for where, why in bare.items() if where not in v.ray_unresolved}
+    if version == "0.32.0":
+        assert aliased == {}
+    else:
+        assert sorted(aliased) == [
+            "engines/vllm/vllm_engine.py:23",
+            "engines/vllm/vllm_models.py:7",
+            "routing_policies/kv_aware/vllm/tokenizer.py:6",
+        ]
+        assert all("launchers.cli_args" in why for why in aliased.values()), aliased
+
+
+@pytest.mark.parametrize("version", list(vllm_matrix.SUPPORTED))
+def test_the_mtp_draft_loads_only_its_ranks_attention_sink(version: str):
+    # CpuDeepSeekV4MTP.load_weights slices a plain sink (0.32) itself and hands 0.33's
+    # make_attention_sink its own TP-aware loader: both must give rank r heads
+    # [r*h/2, (r+1)*h/2) of the checkpoint's sink (fake TP of 2, tests/support/sink_loading.py).
+    out = vllm_matrix.run_json(
+        vllm_matrix.SUPPORTED[version], "SINKS", "-m", "tests.support.sink_loading"
+    )
+    assert out["version"].endswith(version)
+    local = out["heads"] // 2
+    for rank in range(2):
+        got = out["ranks"][str(rank)]
+        assert got["values"] == [float(h) for h in range(rank * local, (rank + 1) * local)]
+        assert got["own_loader"] == (version == "0.33.0")  # which branch ran
 
 
 def test_the_images_default_to_the_declared_vllm():
