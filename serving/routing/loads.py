@@ -42,15 +42,14 @@ class ReplicaLoads:
     ) -> None:
         self.ttl_s, self.deadline_s, self.grace_s, self.clock = ttl_s, deadline_s, grace_s, clock
         self._probed: dict[str, tuple[float, int]] = {}  # replica -> (sent, ongoing)
+        self._tried: dict[str, float] = {}  # replica -> when last probed, answered or not
         self._placed: dict[str, deque[float]] = {}  # replica -> when we placed requests
         self._refresh: asyncio.Task | None = None
 
     async def current(self, replicas: Sequence[Replica]) -> dict[str, int]:
         """In flight per replica: a probe at most ``ttl_s`` old plus what we placed since."""
         now = self.clock()
-        stale = [
-            r for r in replicas if now - self._probed.get(replica_key(r), (-1e9, 0))[0] > self.ttl_s
-        ]
+        stale = [r for r in replicas if now - self._tried.get(replica_key(r), -1e9) > self.ttl_s]
         if stale:
             if self._refresh is None or self._refresh.done():
                 self._refresh = asyncio.get_running_loop().create_task(self._probe(stale))
@@ -75,14 +74,15 @@ class ReplicaLoads:
         )
         for replica, result in zip(replicas, results, strict=True):
             key = replica_key(replica)
+            self._tried[key] = sent  # a hung replica does not put a probe on every pick
             if isinstance(result, BaseException):
-                # Keep the last reading until the next refresh (Serve drops a dead replica
-                # itself), so a hung replica does not put a probe on every pick.
-                self._probed[key] = (sent, self._probed.get(key, (sent, 0))[1])
+                # Keep the last reading, and with it every placement made since (a probe
+                # that timed out on a busy host must not read as an idle replica; Serve
+                # drops a dead replica itself).
                 continue
             self._probed[key] = (sent, int(result))
 
     def forget(self, live: set[str]) -> None:
-        for table in (self._probed, self._placed):
+        for table in (self._probed, self._placed, self._tried):
             for key in [k for k in table if k not in live]:
                 del table[key]

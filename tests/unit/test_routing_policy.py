@@ -187,3 +187,21 @@ def test_a_replica_that_does_not_answer_keeps_its_last_reading_until_the_next_re
         assert hung.probes == 2
 
     asyncio.run(scenario())
+
+
+def test_a_probe_that_times_out_still_counts_the_placements_since_the_last_answer():
+    # On a busy host the probe can miss its deadline; the requests this router placed must
+    # still count, or a hot key's replica reads as idle and takes every request (CI did).
+    async def scenario():
+        clock = FakeClock()
+        loads = ReplicaLoads(ttl_s=0.05, grace_s=0.1, clock=clock)
+        a = Probed("a", 0)
+        assert await loads.current([a]) == {"a": 0}
+        for _ in range(3):
+            loads.placed("a")
+        a.__class__ = Hung
+        clock.now = 1.0
+        assert await loads.current([a]) == {"a": 3}
+        assert a.probes == 2
+
+    asyncio.run(scenario())
