@@ -104,7 +104,8 @@ def test_two_keys_one_flooding_one_steady(app):
                 i = 0
                 while not stop.is_set():
                     i += 1
-                    status, _, refusal = await _stream(client, FLOOD_KEY, f"rabi {n} {i}", 64)
+                    prompt = f"rabi {n} {i} {FLOOD_PADDING}"
+                    status, _, refusal = await _stream(client, FLOOD_KEY, prompt, 64)
                     if status == 200:
                         flood["200"] += 1
                         continue
