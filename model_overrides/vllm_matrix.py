@@ -11,6 +11,7 @@ Importing vLLM needs no GPU, and ``VLLM_TARGET_DEVICE=cpu`` (vllm/platforms/__in
 argument parser and ``vllm.envs`` run there; no kernel does, and none is needed.
 """
 
+import fcntl
 import json
 import os
 import subprocess
@@ -152,6 +153,18 @@ def ensure_environment(v: Version) -> Path:
     stamp = env / ".complete"
     if stamp.exists():
         return v.python
+    # Two test modules (the matrix, the images) may ask at once from two workers: one
+    # builds, the other waits for it.
+    SIDE_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(SIDE_ROOT / f"{v.vllm}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists():
+            _build_environment(v, env)
+            stamp.touch()
+    return v.python
+
+
+def _build_environment(v: Version, env: Path) -> None:
     _log(f"vLLM {v.vllm}: creating {env} (first time: ~2 min, ~3 GB)")
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
     _log(f"vLLM {v.vllm}: torch {v.torch} (CPU build)")
@@ -169,8 +182,6 @@ def ensure_environment(v: Version) -> Path:
     _pip(v.python, *reqs)
     _pip(v.python, "--no-deps", str(wheel))
     wheel.unlink()  # installed; the file is 340 MB of cache
-    stamp.touch()
-    return v.python
 
 
 REPORT = """

