@@ -216,7 +216,60 @@ def _ours_haproxy(app: Up) -> tuple[str, list[psutil.Process]]:
     return next(iter(folders.items()))
 
 
-def test_a_stop_after_haproxy_reloads_leaves_nothing(served: Up):
+def _admin_socket_pid(haproxy_cmd: list[str]) -> int | None:
+    """The pid that answers on the admin socket of the config ``haproxy_cmd`` runs (Ray
+    2.60 checks a reload the same way: ray/serve/_private/haproxy.py
+    ``_wait_for_hap_availability``)."""
+    config = haproxy_config(haproxy_cmd)
+    found = re.search(r"^\s*stats socket (\S+)", config.read_text(), re.M) if config else None
+    if not found:
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX) as admin:
+            admin.settimeout(2)
+            admin.connect(found.group(1))
+            admin.sendall(b"show info\n")
+            answer = b""
+            while chunk := admin.recv(65536):
+                answer += chunk
+    except OSError:
+        return None
+    pid = re.search(rb"^Pid: (\d+)", answer, re.M)
+    return int(pid.group(1)) if pid else None
+
+
+def _start_unknown_reload(folder: str, tmp: Path) -> tuple[subprocess.Popen, Path]:
+    """An HAProxy reload of ``folder``'s config that nobody Ray knows started, as Ray's
+    own reloads run it (``-sf <pid>``). Started means it took over the admin socket and
+    still runs a moment later; a start that loses a race with one of Ray's reloads (the
+    socket or listeners changing hands) is tried again, and its output is kept."""
+    log, tries = tmp / "unknown-reload.log", []
+    for _ in range(3):
+        live = [p for p in _haproxy_folders().get(folder, []) if p.is_running()]
+        assert live, f"no HAProxy of {folder} runs any more: {tries}"
+        cmd = live[-1].cmdline()
+        start = end = cmd.index("-sf")
+        while end + 1 < len(cmd) and cmd[end + 1].isdigit():
+            end += 1
+        cmd = [*cmd[:start], "-sf", *(str(p.pid) for p in live), *cmd[end + 1 :]]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _admin_socket_pid(cmd) == proc.pid:
+                time.sleep(2)
+                if proc.poll() is None:
+                    return proc, log
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        tries.append(f"exit {proc.returncode}: {log.read_text()[-1000:]}")
+        time.sleep(2)
+    raise AssertionError(f"the unknown reload never took over: {tries}")
+
+
+def test_a_stop_after_haproxy_reloads_leaves_nothing(served: Up, tmp_path: Path):
     folder, procs = _ours_haproxy(served)
     first = {p.pid for p in procs}
     # A replica restart: Serve replaces the replica and reloads HAProxy when it leaves and
@@ -240,18 +293,7 @@ def test_a_stop_after_haproxy_reloads_leaves_nothing(served: Up):
     assert all("-sf" in p.cmdline() for p in live), [p.cmdline() for p in live]
     # One more reload, as Ray's would start it, but by nobody Ray knows: an HAProxy a
     # reload left behind. Only its config folder says it belongs to this `up`.
-    cmd = live[0].cmdline()
-    start = end = cmd.index("-sf")
-    while end + 1 < len(cmd) and cmd[end + 1].isdigit():
-        end += 1
-    cmd = [*cmd[:start], "-sf", str(live[0].pid), *cmd[end + 1 :]]
-    orphan = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    deadline = time.monotonic() + 30
-    while not any(p.pid == orphan.pid for p in _haproxy_folders().get(folder, [])):
-        assert orphan.poll() is None and time.monotonic() < deadline, "the reload did not start"
-        time.sleep(0.2)
+    orphan, orphan_log = _start_unknown_reload(folder, tmp_path)
     served.descendants()
     served.proc.send_signal(signal.SIGTERM)
     started = time.monotonic()
@@ -263,7 +305,10 @@ def test_a_stop_after_haproxy_reloads_leaves_nothing(served: Up):
     assert f"{PREFIX} still stopping (Serve, Ray, HAProxy): a moment more" in served.lines
     stop_s = time.monotonic() - started
     assert served.lines[-1] == f"{PREFIX} stopped", served.lines[-5:]
-    stopped = next(x for x in served.lines if "stopped HAProxy left behind by Ray" in x)
+    stopped = [x for x in served.lines if "stopped HAProxy left behind by Ray" in x]
+    ended = f"exit code {orphan.poll()}: {orphan_log.read_text()[-1000:]}"
+    assert stopped, f"the reload's HAProxy was not swept (it ended by itself? {ended})"
+    stopped = stopped[0]
     assert str(orphan.pid) in stopped, stopped
     orphan.wait(10)
     served.assert_nothing_left()
