@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 HAPROXY = "haproxy"
 PYTHON = "python"
+RELOAD_GRACE_S = 3600  # how long a request may outlive the HAProxy process that took it
 
 
 def haproxy_binary() -> Path | None:
@@ -63,6 +64,13 @@ def environment(proxy: str, prefix: PrefixRouting | None = None) -> dict[str, st
         # apart), so retries go to the survivors.
         "RAY_SERVE_HAPROXY_RETRIES": "6",
         "RAY_SERVE_HAPROXY_OBSERVE_MARK_DOWN_ENABLED": "1",
+        # Serve reloads HAProxy whenever a replica starts or goes; the process it replaces
+        # finishes the requests it holds, but only for hard-stop-after (Ray's default
+        # 120 s), then cuts them: a survivor's long stream died 120 s after its peer did
+        # (tests/serving/test_prefix_routing.py). An hour covers the longest DSV4
+        # generations; Ray keeps a freed replica port out of use as long (plus 30 s,
+        # RAY_SERVE_PORT_QUARANTINE_S), so no new replica inherits the old one's traffic.
+        "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(RELOAD_GRACE_S),
         # Ray's throughput bundle (user code on the replica's own loop, GC frozen after
         # start-up, ...): measured p90 TTFT at c=8 1.16x vLLM's server with it, 1.42x
         # without, same throughput (docs/benchmarks.md).

@@ -29,7 +29,7 @@ import psutil
 import pytest
 
 from serving.processes import free_port, port_free
-from serving.proxy import haproxy_config, haproxy_ports
+from serving.proxy import RELOAD_GRACE_S, haproxy_config, haproxy_ports
 from tests.support.paths import ROOT
 from tests.support.ray_app import READY_LINE, ray_pids
 
@@ -208,6 +208,16 @@ def test_it_answers(served: Up, golden_design):
     body = {"model": "dsv4-golden", "prompt": "neti", "max_tokens": 3, "temperature": 0}
     out = httpx.post(f"{served.base}/v1/completions", json=body, timeout=60)
     assert out.json()["choices"][0]["text"] == golden_design.continuation("neti", 3)
+
+
+def test_a_request_may_outlive_the_haproxy_that_took_it_by_an_hour(served: Up):
+    # What Ray rendered from the environment `up` set (serving/proxy.py): a reload's
+    # old process cuts what it still holds only after this.
+    folder, procs = _ours_haproxy(served)
+    config = haproxy_config(procs[0].cmdline())
+    assert config is not None and str(config.parent) == folder
+    stops = re.findall(r"^\s*hard-stop-after (\S+)$", config.read_text(), re.M)
+    assert stops == [f"{RELOAD_GRACE_S}s"], stops
 
 
 def _ours_haproxy(app: Up) -> tuple[str, list[psutil.Process]]:

@@ -119,15 +119,19 @@ def fail_one(app: dict, design: GoldenDesign, victim_pattern: str) -> dict:
     assert len(victims) == 2, f"expected one {victim_pattern} per replica, found {victims}"
     killed = time.monotonic()
     os.kill(victims[0], signal.SIGKILL)
-    for t in streams:
-        t.join(180)
-    alone_s = None
-    while alone_s is None and time.monotonic() - killed < 600:
-        if replicas_up() < 2:
-            wait_for_replicas_up(2, 600 - (time.monotonic() - killed))
-            alone_s = time.monotonic() - killed
-        elif time.monotonic() - killed > 30:
-            alone_s = 0.0  # HAProxy never saw it go (its engine died, the replica lived)
+    # Until the streams have ended and HAProxy has both replicas again: when it marked
+    # the victim down and when the replacement came up (never down: its engine died
+    # inside a replica HAProxy kept sending to, until Serve replaced it).
+    down_at = back_at = None
+    while time.monotonic() - killed < 600:
+        up, now = replicas_up(), time.monotonic()
+        if up < 2 and down_at is None:
+            down_at = now
+        if down_at is not None and up >= 2 and back_at is None:
+            back_at = now
+        streaming = any(t.is_alive() for t in streams)
+        if not streaming and (back_at is not None or (down_at is None and now - killed > 30)):
+            break
         time.sleep(0.25)
     time.sleep(2)
     prober.stop.set()
@@ -137,6 +141,7 @@ def fail_one(app: dict, design: GoldenDesign, victim_pattern: str) -> dict:
         "stream_endings": sorted(endings),
         "new_requests_after_kill": len(after),
         "new_requests_failed": [o for o in after if o != "ok"],
-        "survivor_alone_s": round(alone_s, 1) if alone_s is not None else None,
+        "marked_down_after_s": round(down_at - killed, 1) if down_at else None,
+        "survivor_alone_s": round(back_at - down_at, 1) if down_at and back_at else None,
     }
     return figures
