@@ -40,7 +40,7 @@ say "hf CLI: huggingface_hub $("$python" -c 'import huggingface_hub as h; print(
 site="$("$python" -c 'import model_overrides, pathlib; print(pathlib.Path(model_overrides.__file__).parents[1])')"
 "$python" -c 'from model_overrides.import_aliases import PTH_LINE; print(PTH_LINE, end="")' \
   > "$site/dsv4_vllm_aliases.pth"
-"$python" -c 'import sys, model_overrides.import_aliases as a; assert any(isinstance(f, a.MovedModuleFinder) for f in sys.meta_path)' \
+"$python" -c 'import model_overrides.import_aliases as a; assert a.installed()' \
   || { say "the vLLM import aliases did not load from $site" >&2; exit 1; }
 say "vLLM import aliases: $site/dsv4_vllm_aliases.pth"
 

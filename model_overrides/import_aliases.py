@@ -57,4 +57,9 @@ def install(moved: dict[str, str] = MOVED) -> MovedModuleFinder:
     return finder
 
 
+def installed() -> bool:
+    """Whether a finder is in place (the images' ``.pth`` line installs one at start)."""
+    return any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path)
+
+
 PTH_LINE = "import model_overrides.import_aliases as _a; _a.install()\n"
