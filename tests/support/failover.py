@@ -17,17 +17,26 @@ MODEL = "dsv4-golden"
 HAPROXY_STATS = "http://127.0.0.1:8404/stats;csv"  # Ray's HAProxy stats frontend
 
 
-def replicas_up() -> int:
-    """Engine replicas HAProxy currently sends traffic to."""
+def replica_ids_up() -> set[str]:
+    """Serve ids of the engine replicas HAProxy currently sends traffic to. Ray names each
+    server after the replica's actor, ``SERVE_REPLICA::<app>#<deployment>#<id>`` made safe
+    for HAProxy (ray/serve/_private/haproxy.py ``get_safe_name``: ``#`` -> ``-``)."""
     try:
         rows = httpx.get(HAPROXY_STATS, timeout=5).text.splitlines()
     except httpx.HTTPError:
-        return 0
-    return sum(
-        1
-        for row in rows
-        if row.startswith("http-dsv4,SERVE_REPLICA_") and row.split(",")[17].startswith("UP")
-    )
+        return set()
+    return {
+        fields[1].rsplit("-", 1)[-1]
+        for fields in (row.split(",") for row in rows)
+        if fields[0] == "http-dsv4"
+        and fields[1].startswith("SERVE_REPLICA_")
+        and fields[17].startswith("UP")
+    }
+
+
+def replicas_up() -> int:
+    """Engine replicas HAProxy currently sends traffic to."""
+    return len(replica_ids_up())
 
 
 def wait_for_replicas_up(count: int, timeout_s: float) -> float:
