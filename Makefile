@@ -43,7 +43,7 @@ help:
 	@echo "make test-fast - lint, unit, chart and rules tests: no engine, no Ray, no apt (minutes)"
 	@echo "make test-gpu - the golden DSV4 on vLLM's CUDA path (needs a CUDA GPU; reports why not)"
 	@echo "make lock    - re-resolve requirements-cpu.txt into the hashed requirements-cpu.lock"
-	@echo "make generate - rewrite the chart's generated files (rules, rule tests, dashboard, presets, schema)"
+	@echo "make generate - rewrite the chart's generated files (rules, rule tests, dashboard, presets, schema) and the doctor's example dump"
 
 $(PY):
 	@echo ">> creating $(VENV)"
@@ -146,8 +146,11 @@ test-gpu:
 	$(GPU_PYTHON) -m pytest -ra -m gpu tests/gpu -p no:cacheprovider $(GPU_PYTEST_ARGS); \
 		rc=$$?; [ $$rc = 5 ] && echo "test-gpu: nothing ran (no CUDA device here)" && exit 0; exit $$rc
 
-generate: $(DEPS_STAMP)
+# The doctor's example dump renders the chart, so a preset change changes it too.
+generate: $(DEPS_STAMP) $(HELM)
 	$(PY) -m serving.cli generate
+	DSV4_WRITE_DOCTOR_EXAMPLE=1 $(PY) -m pytest -q -p no:cacheprovider \
+		tests/chart/test_doctor_fixtures.py -k example_dump_is_current
 
 helm-lint: $(HELM)
 	$(HELM) lint --strict helm/dsv4-serve
