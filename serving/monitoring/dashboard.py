@@ -303,6 +303,21 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 unit="reqps",
             ),
             Panel(
+                "Prefix routing picks/s by outcome",
+                "serving.routing: prefix only (serving/routing/decisions.py). affinity: the"
+                " request went to its key's own replica and its prefix cache; spill: that"
+                " replica was at its load bound or full; no_key: nothing to route on. A rising"
+                " spill share: a hot prefix is spread over replicas, or they are too few.",
+                [
+                    (
+                        "sum by (namespace, outcome) (rate(ray_dsv4_router_decisions_total"
+                        '{namespace=~"$namespace"}[5m]))',
+                        "{{namespace}} {{outcome}}",
+                    )
+                ],
+                unit="reqps",
+            ),
+            Panel(
                 "KV cache usage per replica",
                 "Highest KV cache usage among a replica's engines.",
                 [(f"dsv4:kv_cache_usage:replica_max{{{REPLICA}}}", "{{replica}}")],

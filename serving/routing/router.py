@@ -11,13 +11,15 @@ calls ``on_request_routed`` (ray/serve/_private/router.py ``choose_replica``), w
 why Ray's ``PrefixCacheAffinityRouter``, which learns prefixes in
 ``on_request_routed``, never learns there. This router keeps no prefix state: the key
 (serving/routing/keys.py) decides by rendezvous hashing, the replicas' own load
-(serving/routing/loads.py) bounds it (serving/routing/policy.py).
+(serving/routing/loads.py) bounds it (serving/routing/policy.py). Each pick is counted
+by outcome (serving/routing/decisions.py).
 """
 
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
+from serving.routing.decisions import Decisions
 from serving.routing.keys import key_hash, routing_key
 from serving.routing.loads import ReplicaLoads, replica_key
 from serving.routing.policy import choose
@@ -33,7 +35,10 @@ class PrefixAffinityRouter(RequestRouter):
     ) -> None:
         self.key_chars, self.balance_factor = key_chars, balance_factor
         self.loads = ReplicaLoads(ttl_s=load_ttl_s)
-        self.outcomes: dict[str, int] = {}
+        # Ray's RequestRouter.__init__ sets _deployment_id before Serve calls this
+        # (ray/serve/_private/request_router/request_router.py, router.py).
+        deployment = getattr(getattr(self, "_deployment_id", None), "name", "")
+        self.decisions = Decisions(deployment)
 
     def _key(self, pending_request: PendingRequest | None) -> bytes | None:
         if pending_request is None:
@@ -55,7 +60,7 @@ class PrefixAffinityRouter(RequestRouter):
         capacity = {key: r.max_ongoing_requests for key, r in by_id.items()}
         choice = choose(self._key(pending_request), loads, capacity, self.balance_factor)
         self.loads.placed(choice.replica)
-        self.outcomes[choice.outcome] = self.outcomes.get(choice.outcome, 0) + 1
+        self.decisions.count(choice.outcome)
         rest = [by_id[r] for r in choice.ranking if r != choice.replica]
         return [[by_id[choice.replica]], rest] if rest else [[by_id[choice.replica]]]
 

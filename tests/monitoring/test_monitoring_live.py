@@ -1,8 +1,9 @@
 """The rules and dashboard on a live Prometheus (Debian package, 127.0.0.1) scraping
 the real running app: the Ray Serve app on the golden model (``ray_vllm_*`` and the
 gateway) and vLLM's own server on a golden model whose draft agrees 20% of the time
-(``vllm:*``). The Ray app runs the speculation guard (adaptive), so its gauges, rules and
-dashboard row are read live too."""
+(``vllm:*``). The Ray app runs the speculation guard (adaptive) and prefix routing (one
+replica: every keyed pick is an affinity pick), so their gauges, counters, rules and
+dashboard panels are read live too."""
 
 import asyncio
 import json
@@ -36,12 +37,15 @@ SHORT_FOR = "3s"  # the test copy of the rules only: alerts go pending/firing wi
 ACCEPTED = "ray_vllm_spec_decode_num_accepted_tokens_total"
 DRAFTED = "ray_vllm_spec_decode_num_draft_tokens_total"
 DRAFTS = "ray_vllm_spec_decode_num_drafts_total"
-# One calibration cycle (6 steps), so the app's first requests run at the guard's k.
-GUARD = [
+# One calibration cycle (6 steps), so the app's first requests run at the guard's k; prefix
+# routing, so the router's counter is scraped too.
+APP_SETS = [
     "--set",
     "speculation.guard.mode=adaptive",
     "--set",
     "speculation.guard.calibration_cycles=1",
+    "--set",
+    "serving.routing=prefix",
 ]
 
 
@@ -71,7 +75,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     vllm_health = f"http://127.0.0.1:{vllm_port}/health"
     with (
         running_server(vllm_cmd, vllm_health, tmp / "vllm.log", engine_env()),
-        ray_app(tmp / "up.log", KEY, extra=GUARD) as app,
+        ray_app(tmp / "up.log", KEY, extra=APP_SETS) as app,
     ):
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},

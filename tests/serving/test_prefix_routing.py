@@ -20,6 +20,7 @@ router, and one replica killed under default routing is tests/serving/test_relia
 
 import asyncio
 import json
+import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +37,9 @@ from serving.bench.conversations import (
     sessions,
 )
 from serving.golden import GoldenDesign
+from serving.metrics_page import RAY_EXPORT_PERIOD_S
 from serving.preset import PrefixRouting
+from serving.routing.decisions import EXPORTED
 from serving.routing.keys import key_hash, routing_key
 from serving.routing.policy import rank
 from tests.support.failover import (
@@ -46,6 +49,7 @@ from tests.support.failover import (
     replica_ids_up,
     wait_for_replicas_up,
 )
+from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app
 
 pytestmark = pytest.mark.slow
@@ -119,6 +123,31 @@ def assert_turns_at_home(turns, all_sessions: list[Session], replicas: set[str])
     assert {t.replica for t in turns} == replicas
 
 
+OUTCOMES = ("affinity", "spill", "no_key")
+
+
+def decisions(app) -> dict[str, float]:
+    """The routers' picks by outcome, from Ray's metrics export port."""
+    samples = scrape(f"http://127.0.0.1:{app['ports']['ray']}/metrics")
+    return {o: total(samples, EXPORTED, outcome=o) for o in OUTCOMES}
+
+
+def decisions_since(app, before: dict[str, float], requests: int) -> dict[str, float]:
+    """What the routers counted since ``before``, once all ``requests`` (finished) are on
+    Ray's export page (the agent takes the processes' increments about every 10 s). A pick
+    may be counted twice: HAProxy asks the next router when one has not answered in 5 s
+    (ray/serve/_private/ingress_request_router.lua.tmpl), and the first may have counted
+    its pick; so the checks are bounds."""
+    deadline = time.monotonic() + 60
+    while True:
+        now = decisions(app)
+        since = {o: now[o] - before[o] for o in OUTCOMES}
+        if since["affinity"] + since["spill"] >= requests or time.monotonic() > deadline:
+            time.sleep(RAY_EXPORT_PERIOD_S)  # each process exports on its own clock
+            return {o: v - before[o] for o, v in decisions(app).items()}
+        time.sleep(1)
+
+
 def test_up_says_the_router_runs(app):
     log = Path(app["log"]).read_text()
     assert "routing prefix" in log and "Dsv4Router: HEALTHY" in log
@@ -130,9 +159,16 @@ def test_conversations_stick_to_a_replica_and_reuse_its_cache(app, golden_design
     # (the full suite saw one conversation move so); the hot-key test covers spills.
     live = replica_ids_up()
     assert len(live) == 2, live
+    before = decisions(app)
     all_sessions, turns = play(app, WORKLOAD, seed_homed_on_all(live))
     assert all(t.ok for t in turns), [t.error for t in turns if not t.ok]
     assert_turns_at_home(turns, all_sessions, live)
+    # The routers' metric counts each pick: every turn went to its key's own replica.
+    counted = decisions_since(app, before, len(turns))
+    # Besides, each router replica's first request after start-up adds a pick without a key
+    # (one or two here, every run; cause not determined): recorded, not held to a count.
+    FIGURES["first_picks_without_key"] = counted["no_key"]
+    assert counted["affinity"] >= len(turns) and counted["spill"] == 0, counted
     assert all(t.text == golden_design.chat_reply(WORKLOAD.max_tokens) for t in turns)
     by_session: dict[str, set[str]] = {}
     for t in turns:
@@ -170,9 +206,16 @@ def test_a_hot_key_spills_to_the_other_replica_within_the_bound(app):
         async with httpx.AsyncClient(base_url=app["base"], headers=AUTH, timeout=300) as c:
             return Counter(await asyncio.gather(*(one(c, 0.3 * i) for i in range(10))))
 
+    before = decisions(app)
     landed = asyncio.run(burst())
     FIGURES["hot_key"] = dict(landed)
     assert len(landed) == 2, landed  # one key, yet both replicas
+    # Those on the key's first-ranked replica were affinity picks, the rest spills.
+    home_replica = rank(key_hash(routing_key(SimpleNamespace(**body))), sorted(landed))[0]
+    counted = decisions_since(app, before, 10)
+    at_home = landed[home_replica]
+    assert counted["affinity"] >= at_home and counted["spill"] >= 10 - at_home, counted
+    assert counted["no_key"] == 0, counted
     # Bound: ceil(1.2 x (in flight + 1) / 2); two router replicas each add what they
     # placed since the last probe, so allow one more than 6 of 10.
     assert max(landed.values()) <= 7, landed
