@@ -5,16 +5,17 @@ Each scheduler step the guard picks k in 0..K, the number of drafts proposed at 
 of this step (the next step verifies them), to maximise expected tokens per second:
 
     E(k) = B * (1 + sum_{i=1..k} prod_{j<i} alpha_j)      tokens the batch moves on
-    T(k) = c0 + cN * (P + B * (1 + k)) + cD * B * k        seconds the step takes
+    T(k) = c0 + cN * (P + B * (1 + k)) + cD * B * k + cK * k    seconds the step takes
 
 ``alpha_j`` is the conditional acceptance at draft position j (accepted given reached),
-a time-decayed estimate from the engine's own spec-decode counts. ``c0, cN, cD`` are
+a time-decayed estimate from the engine's own spec-decode counts. ``c0, cN, cD, cK`` are
 fitted online (least absolute deviations, no cost below zero) on this engine's measured
 step times, with start-up calibration steps cycling k so that the draft cost is
-identifiable, or fixed (``step_cost``). A switch needs a margin (hysteresis) held for a
-few steps and a dwell time; while k < K a probe step now and then (``probe_interval_s``
-and ``probe_min_steps`` apart) drafts K so the estimate stays live and the guard
-recovers.
+identifiable, or fixed (``step_cost``). ``cK`` is a drafter pass per draft position, the
+same at any batch size where steps are launch-bound (a GPU serving a small batch). A
+switch needs a margin (hysteresis) held for a few steps and a dwell time; while k < K a
+probe step now and then (``probe_interval_s`` and ``probe_min_steps`` apart) drafts K so
+the estimate stays live and the guard recovers.
 """
 
 from __future__ import annotations
@@ -108,11 +109,16 @@ class PositionAcceptance:
 
 @dataclass
 class StepCost:
-    """``T = c0 + cP * prefill + cB * requests + cV * requests * verified + cD * requests * k``,
-    fitted to measured steps (robust_nonnegative_fit). A step checks the drafts the step
-    before proposed (``verified``) and proposes ``k``, so both are columns: with one only,
-    a cycle of k values would charge one step's drafts to the next. In steady state
-    ``verified = k`` and a draft costs ``cV + cD`` per request."""
+    """``T = c0 + cP * prefill + cB * requests + cV * requests * verified + cD * requests * k
+    + cK * k``, fitted to measured steps (robust_nonnegative_fit). A step checks the drafts
+    the step before proposed (``verified``) and proposes ``k``, so both are columns: with
+    one only, a cycle of k values would charge one step's drafts to the next. In steady
+    state ``verified = k`` and a draft costs ``cV + cD`` per request plus ``cK`` per step.
+
+    ``cK`` is the drafter's pass for each draft position: where a step is launch-bound (a
+    GPU at small batches) that pass costs the same for one request as for sixteen, so a
+    per-request price fitted across batch sizes made drafts look nearly free at batch 1
+    (H200, 2026-12-03: 0.1 ms a draft against a 0.4 ms pass)."""
 
     samples: dict[int, deque] = field(default_factory=dict)
     coef: tuple[float, ...] | None = None
@@ -123,7 +129,7 @@ class StepCost:
         if self.fixed:
             return
         self.samples.setdefault(k, deque(maxlen=COST_WINDOW)).append(
-            (prefill, requests, requests * verified, requests * k, seconds)
+            (prefill, requests, requests * verified, requests * k, k, seconds)
         )
         self.since_fit += 1
         if self.coef is None or self.since_fit >= REFIT_EVERY:
@@ -134,17 +140,17 @@ class StepCost:
         self.since_fit = 0
         if len(rows) < 6:
             return
-        a = np.array([[1.0, *r[:4]] for r in rows])
-        y = np.array([r[4] for r in rows])
+        a = np.array([[1.0, *r[:-1]] for r in rows])
+        y = np.array([r[-1] for r in rows])
         self.coef = tuple(float(c) for c in robust_nonnegative_fit(a, y))
 
     def seconds(self, prefill: int, requests: int, k: int) -> float | None:
         if self.coef is None:
             return None
-        c0, cp, cb, cv, cd = self.coef
+        c0, cp, cb, cv, cd, ck = self.coef
         # No cost is negative (the fit, step_cost's check); all of them can be zero.
         fixed = max(c0 + cp * prefill + cb * requests, 1e-6)
-        return fixed + (cv + cd) * requests * k
+        return fixed + ((cv + cd) * requests + ck) * k
 
 
 def robust_nonnegative_fit(a: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -206,7 +212,11 @@ class AdaptiveK:
         self.settings, self.k_max = settings, k_max
         self.acceptance = PositionAcceptance(k_max, settings.tau_s, settings.prior_weight)
         fixed = settings.step_cost
-        self.cost = StepCost() if fixed is None else StepCost(coef=tuple(fixed), fixed=True)
+        self.cost = (
+            StepCost()
+            if fixed is None
+            else StepCost(coef=tuple(fixed) + (0.0,) * (6 - len(fixed)), fixed=True)
+        )
         self.k = k_max  # the k the guard holds (probes and calibration aside)
         self.decisions: Counter[str] = Counter()
         self.steps = 0

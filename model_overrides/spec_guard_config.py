@@ -59,12 +59,17 @@ class GuardSettings(BaseModel):
     prior_weight: float = Field(
         0.1, gt=0, le=100, description="pseudo-observations of the optimistic prior (1.0)"
     )
-    step_cost: tuple[float, float, float, float, float] | None = Field(
+    step_cost: (
+        tuple[float, float, float, float, float]
+        | tuple[float, float, float, float, float, float]
+        | None
+    ) = Field(
         None,
         description="adaptive: a fixed step cost in seconds, [per step, per prefill token, "
-        "per request, per request and verified draft, per request and proposed draft], "
-        "instead of the one fitted online; for hosts whose step times are too noisy to fit "
-        "(shared cores), from a run of the guard bench",
+        "per request, per request and verified draft, per request and proposed draft, "
+        "per proposed draft (a drafter pass; 0 if left out)], instead of the one fitted "
+        "online; for hosts whose step times are too noisy to fit (shared cores), from a "
+        "run of the guard bench",
     )
     script: list[int] | None = Field(None, description="script mode: k per step, repeated")
 

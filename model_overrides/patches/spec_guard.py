@@ -30,6 +30,7 @@ import functools
 import inspect
 import json
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -80,6 +81,7 @@ class GuardLookup:
         self.state_path = os.environ.get(STATE_ENV) or None
         self.log_path = os.environ.get(LOG_ENV) or None
         self.started: dict[int, float] = {}
+        self.last_finished = -math.inf
         self.drafts: list[tuple[int, int]] = []  # this step's, until step_finished
         self.last_written = 0.0
         self.announced = False
@@ -123,6 +125,15 @@ class GuardLookup:
     def step_finished(self, output: Any) -> None:
         began = self.started.pop(id(output), None)
         now = time.monotonic()
+        if began is not None:
+            # A step's time starts when it was scheduled or when the step before it
+            # finished, whichever is later. Under async scheduling (vLLM on GPUs) a step is
+            # scheduled while the one before runs: from its schedule it spanned two steps
+            # and the host's turn-around (H200: ~11 ms fitted, ~3.5 ms a step at batch 1),
+            # which made every draft look cheap. A synchronous scheduler (the CPU)
+            # schedules after the last finish, so its times do not change.
+            began = max(began, self.last_finished)
+        self.last_finished = now
         self.guard.observe_drafts(self.drafts, now)
         self.drafts = []
         requests = len(output.num_scheduled_tokens)

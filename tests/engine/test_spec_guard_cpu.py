@@ -33,7 +33,7 @@ SCRIPT = [2, 0, 1]
 PLAN = "high:2,zero:8,zero:8,high:8,half:8,mixed:8"
 # Per step, prefill token, request, verified and proposed draft per request (seconds): at
 # batch 8, k=0/1/2 steps of 64/80/96 ms, so k=2 wins on high, 0 on zero, 1 on half.
-STEP_COST = (0.04, 0.0, 0.003, 0.001, 0.001)
+STEP_COST = (0.04, 0.0, 0.003, 0.001, 0.001, 0.0)
 
 
 @pytest.fixture(scope="module")

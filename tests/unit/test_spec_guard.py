@@ -178,6 +178,65 @@ def test_drafts_that_cost_more_per_request_turn_off_at_large_batches_first():
     assert set(large.held_k(10)) == {0}
 
 
+def launch_bound(requests: int, k: float) -> float:
+    """The golden model on the H200 (2026-12-03, static k on "zero"): a 3.5 ms step at
+    batch 1, 0.12 ms more a request, and a drafter pass of about 0.4 ms per draft
+    position whatever the batch (kernel launches, not arithmetic)."""
+    return 0.0035 + 0.00012 * requests + 0.0004 * k
+
+
+def test_a_drafter_pass_priced_per_step_turns_drafting_off_at_batch_one():
+    # Learnt at batch 16 with drafts accepted, then one request whose drafts all fail: a
+    # draft costs a tenth of a batch-1 step, so k=0 must win. Priced per request only,
+    # the fit put a draft at 1/16 of the pass and at batch 1 it looked free (under the
+    # hysteresis): the H200 guard held k=1-2 on "zero" at concurrency 1.
+    sim = engine(launch_bound)
+    sim.run(3, 16, [1.0, 1.0])
+    assert set(sim.held_k(1)) == {K}
+    start = sim.now
+    sim.run(6, 1, [0.0, 0.0])
+    # ~2.8 s: batch 16's evidence of acceptance fading; priced per request, never.
+    assert set(sim.held_k(start + 3.5)) == {0}, sim.guard.cost.coef
+
+
+class Output(SimpleNamespace):
+    """What update_from_output hands the hook: a SchedulerOutput's fields the guard reads."""
+
+    def __init__(self, requests: int, k: int) -> None:
+        ids = [f"r{i}" for i in range(requests)]
+        super().__init__(
+            num_scheduled_tokens={r: 1 + k for r in ids},
+            scheduled_spec_decode_tokens={r: [0] * k for r in ids},
+            total_num_scheduled_tokens=requests * (1 + k),
+            num_spec_tokens_to_schedule=k,
+        )
+
+
+def test_an_async_step_is_timed_from_the_finish_of_the_step_before(monkeypatch):
+    # vLLM's async scheduler schedules step n+1 while step n runs: timed from its own
+    # schedule it spans both. Timed from the later of its schedule and the last finish,
+    # each step is its own 3.5 ms; an idle gap before a step is not counted.
+    clock = [0.0]
+    monkeypatch.setattr(hook.time, "monotonic", lambda: clock[0])
+    lookup = hook.GuardLookup(GuardSettings(mode="adaptive"), K)
+    events = [  # (time, "start" | "finish", output)
+        (0.0, "start", 1),
+        (0.001, "start", 2),
+        (0.0035, "finish", 1),
+        (0.004, "start", 3),
+        (0.007, "finish", 2),
+        (0.0105, "finish", 3),
+        (0.5, "start", 4),
+        (0.5035, "finish", 4),
+    ]
+    outputs = {n: Output(1, 0) for n in range(1, 5)}
+    for at, what, n in events:
+        clock[0] = at
+        (lookup.step_started if what == "start" else lookup.step_finished)(outputs[n])
+    timed = [row[-1] for row in lookup.guard.cost.samples[0]]
+    assert timed == pytest.approx([0.0035] * 4)
+
+
 def delayed(step_time, seed: int, share: float = 0.1, extra=(0.1, 0.4)):
     """Another process on the core: a share of steps take up to several times longer."""
     rng = random.Random(seed)
@@ -214,7 +273,7 @@ def test_a_fixed_step_cost_replaces_the_fit_and_its_calibration():
     assert set(sim.held_k(0)) == {K}
     sim.run(5, 8, [0.0, 0.0])
     assert sim.held_k(8)[-1] == 0
-    assert sim.guard.state(sim.now)["cost"] == [0.04, 0, 0.003, 0.001, 0.001]
+    assert sim.guard.state(sim.now)["cost"] == [0.04, 0, 0.003, 0.001, 0.001, 0]
     assert "step cost fixed" in fixed.describe()
 
 
