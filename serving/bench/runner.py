@@ -60,6 +60,7 @@ class _Cell:
     rounds: int = 0
     spec: list[dict] = field(default_factory=list)
     wrong_text: int = 0
+    round_tokens_per_s: list[float] = field(default_factory=list)  # how far rounds agree
 
 
 def _progress(message: str) -> None:
@@ -148,6 +149,7 @@ class BenchRun:
         self.done += 1
         tokens = sum(o.output_tokens for o in outputs if o.success)
         failed = sum(not o.success for o in outputs)
+        cell.round_tokens_per_s.append(round(tokens / wall, 1) if wall > 0 else 0.0)
         self.progress(
             f"c={concurrency} round {round_ + 1}/{plan.rounds} {target.name}: "
             f"{tokens / wall:.1f} tok/s, {failed} failed "
@@ -183,6 +185,7 @@ class BenchRun:
                 target=name,
                 concurrency=concurrency,
                 rounds=cell.rounds,
+                round_tokens_per_s=cell.round_tokens_per_s,
                 spec_decode=_merge_spec(cell.spec),
             )
             if self.plan.expected:

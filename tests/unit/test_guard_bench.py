@@ -89,11 +89,12 @@ def test_the_guard_bench_targets_differ_only_in_their_guard():
     assert GUARD_ENV in environment("vllm-guard", setup, base_env={})
 
 
-def level(target: str, concurrency: int, tps: float) -> dict:
+def level(target: str, concurrency: int, tps: float, rounds: list[float] | None = None) -> dict:
     return {
         "target": target,
         "concurrency": concurrency,
         "output_tokens_per_s": tps,
+        "round_tokens_per_s": rounds or [tps],
         "failed": 0,
         "wrong_text": 0,
         "spec_decode": None,
@@ -127,6 +128,27 @@ def test_the_guard_is_judged_against_the_best_static_k_of_each_cell():
     met = guard_bench.targets_met(cells, None)
     assert met["guard_vs_best_static_min"] == 0.95 and not met["best_static_met"]
     assert met["guard_vs_batch_table_min"] == 0.95 and not met["batch_table_met"]
+
+
+def test_the_report_says_how_far_a_static_ks_rounds_differ():
+    one_round = guard_bench.analyse({"zero": {"levels": [level("vllm-k0", 8, 100)]}})
+    assert guard_bench.targets_met(one_round, None)["static_round_spread_median"] is None
+    results = {
+        "zero": {
+            "levels": [
+                level("vllm-k0", 8, 100, [80, 120]),
+                level("vllm-k2", 8, 60, [50, 55, 60]),
+                level("vllm-guard", 8, 98, [90, 200]),  # the guard's own spread is not counted
+            ]
+        },
+        "high": {"levels": [level("vllm-k2", 8, 200, [200, 210]), level("vllm-k0", 1, 9, [9])]},
+    }
+    cells = guard_bench.analyse(results)
+    assert cells[0]["round_spread"] == {"vllm-k0": 1.5, "vllm-k2": 1.2, "vllm-guard": 200 / 90}
+    met = guard_bench.targets_met(cells, None)
+    assert met["static_round_spread_median"] == 1.2 and met["static_round_spread_max"] == 1.5
+    report = {"cells": cells, "targets_met": met}
+    assert "median 1.200, max 1.500" in guard_bench.markdown(report)
 
 
 def request(family: str, start: float, end: float, tokens: int = 4) -> dict:
