@@ -8,9 +8,9 @@
 #   tests/gpu/on-h200.sh bench   # docs/bench-gpu: vLLM's server at k=0..3 and the Ray app
 #   tests/gpu/on-h200.sh guard   # docs/bench-guard-gpu: static k, vLLM's batch table and the
 #                                # speculation guard on the designed-acceptance workloads
-#   tests/gpu/on-h200.sh guard-long  # the same with 128-request cells in 3 interleaved
-#                                # rounds (~25 min, in the background; collect with
-#                                # `guard-wait`, as often as needed, back to back)
+#   tests/gpu/on-h200.sh guard-long  # the same with cells of ~4-10 s (48 requests at c=1,
+#                                # 16 per stream above) in 2 interleaved rounds (~20 min,
+#                                # in the background; collect with `guard-wait`, back to back)
 #   tests/gpu/on-h200.sh prefix  # the suite's prefix-caching jobs only (after the warm-up
 #                                # engine): tests/gpu/test_gpu_prefix_caching.py, prefix.tgz
 #   tests/gpu/on-h200.sh routing # docs/bench-routing-gpu: default vs prefix routing on two
@@ -104,17 +104,17 @@ guard)
     echo "guard bench exit $rc"
     ;;
 guard-long)
-    # Cells long enough to tell 3% apart: a static engine's 16-request cell varied 1.37x
+    # Cells long enough to tell a few % apart: a static engine's 16-request cell varied 1.37x
     # (median) between H200 runs (docs/benchmarks.md). It outlasts one call: it starts in
     # the background and `guard-wait` collects it (the machine must stay warm meanwhile).
     rm -rf "$work/bench-guard-long"
     mkdir -p "$work/bench-guard-long"
-    setsid nohup timeout "${BENCH_TIMEOUT:-1500}" python3 -m serving.cli bench \
+    setsid nohup timeout "${BENCH_TIMEOUT:-1250}" python3 -m serving.cli bench \
         --preset gpu-golden --local vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard \
         --start staggered --workloads high half zero mixed --concurrency 1 8 64 \
-        --requests "${REQUESTS:-128}" --requests-per-stream 2 --rounds "${BENCH_ROUNDS:-3}" \
+        --requests "${REQUESTS:-48}" --requests-per-stream 16 --rounds "${BENCH_ROUNDS:-2}" \
         --max-tokens 64 --switch-requests "${SWITCH_REQUESTS:-3072}" --switch-concurrency 16 \
-        --budget-s "${BENCH_BUDGET:-1400}" --logs "$work/bench-guard-long/logs" \
+        --budget-s "${BENCH_BUDGET:-1150}" --logs "$work/bench-guard-long/logs" \
         --out "$work/bench-guard-long" > "$work/bench-guard-long/guard.log" 2>&1 < /dev/null &
     sleep 5
     tail -3 "$work/bench-guard-long/guard.log"
