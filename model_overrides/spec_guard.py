@@ -120,6 +120,8 @@ class StepCost:
     per-request price fitted across batch sizes made drafts look nearly free at batch 1
     (H200, 2026-12-03: 0.1 ms a draft against a 0.4 ms pass)."""
 
+    COLUMNS = 6  # c0, cP, cB, cV, cD, cK
+
     samples: dict[int, deque] = field(default_factory=dict)
     coef: tuple[float, ...] | None = None
     since_fit: int = 0
@@ -215,7 +217,8 @@ class AdaptiveK:
         self.cost = (
             StepCost()
             if fixed is None
-            else StepCost(coef=tuple(fixed) + (0.0,) * (6 - len(fixed)), fixed=True)
+            # step_cost may leave out the last (per-step draft) cost: it is then 0
+            else StepCost(coef=tuple(fixed) + (0.0,) * (StepCost.COLUMNS - len(fixed)), fixed=True)
         )
         self.k = k_max  # the k the guard holds (probes and calibration aside)
         self.decisions: Counter[str] = Counter()

@@ -149,10 +149,11 @@ class BenchRun:
         self.done += 1
         tokens = sum(o.output_tokens for o in outputs if o.success)
         failed = sum(not o.success for o in outputs)
-        cell.round_tokens_per_s.append(round(tokens / wall, 1) if wall > 0 else 0.0)
+        rate = tokens / wall if wall > 0 else 0.0
+        cell.round_tokens_per_s.append(round(rate, 1))
         self.progress(
             f"c={concurrency} round {round_ + 1}/{plan.rounds} {target.name}: "
-            f"{tokens / wall:.1f} tok/s, {failed} failed "
+            f"{rate:.1f} tok/s, {failed} failed "
             f"({time.monotonic() - started:.0f} s, cell {self.done}/{self.total_cells})"
         )
         if before is None:
