@@ -169,8 +169,9 @@ def test_conversations_stick_to_a_replica_and_reuse_its_cache(app, golden_design
     assert_turns_at_home(turns, all_sessions, live)
     # The routers' metric counts each pick: every turn went to its key's own replica.
     counted = decisions_since(app, before, len(turns))
-    # Besides, each router replica's first request after start-up adds a pick without a key
-    # (one or two here, every run; cause not determined): recorded, not held to a count.
+    # Besides, right after start-up the routers may count a pick without a key (one or two
+    # in each of four runs in session 41, none in one run in session 42; cause not
+    # determined): recorded, not held to a count.
     FIGURES["first_picks_without_key"] = counted["no_key"]
     assert counted["affinity"] >= len(turns) and counted["spill"] == 0, counted
     assert all(t.text == golden_design.chat_reply(WORKLOAD.max_tokens) for t in turns)
