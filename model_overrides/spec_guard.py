@@ -43,6 +43,7 @@ CHANGE = 0.2  # fast and slow estimates this far apart: the traffic changed
 REQUEST_PRIOR = 1.0  # the batch's estimate, as observations of a request's own
 REQUEST_TAU_FACTOR = 4.0  # a request's memory, in the batch's time constants
 TRIM_ROUNDS = 4  # at most, rounds of trim_plan's fixed point
+UNTRIMMED = ("probe", "calibrate")  # drafts of these steps are checked in full
 
 
 class _Decayed:
@@ -144,6 +145,9 @@ class RequestAcceptance:
             reached_j[j] += 1
         for j in range(min(accepted, drafted, self.k_max)):
             accepted_j[j] += 1
+
+    def known(self, request_id: str) -> bool:
+        return request_id in self.counts
 
     def rates(self, request_id: str, prior: list[float], now: float) -> list[float]:
         if request_id not in self.counts:
@@ -334,6 +338,7 @@ class AdaptiveK:
         )
         self.drafts_checked = 0  # drafts trimming kept (trim on)
         self.drafts_trimmed = 0
+        self.last_reason = ""
 
     def _calibration_k(self) -> int | None:
         """K, K, K-1, K-1, ..., 0, 0, repeated: each k held two steps, so the second
@@ -378,6 +383,7 @@ class AdaptiveK:
     def decide(self, requests: int, now: float, request_ids: list[str] | None = None) -> Decision:
         """``request_ids``: the step's requests, read when trimming is on."""
         decision = self._decide(requests, now, request_ids)
+        self.last_reason = decision.reason
         self.steps += 1
         self.decisions[decision.reason] += 1
         self.last_k = decision.k
@@ -443,14 +449,22 @@ class AdaptiveK:
 
     def trim(self, proposed: list[tuple[str, int]], now: float) -> list[int]:
         """How many of its ``proposed`` drafts each ``(request id, drafts)`` checks this
-        step: all of them with trimming off."""
-        if self.per_request is None or not proposed:
-            return [n for _, n in proposed]
+        step (called before the step that checks them, so ``last_reason`` is the step
+        that proposed them): all of them with trimming off, after a probe or calibration
+        step, and for a request with no acceptance of its own yet. Trimmed, those would
+        starve the estimates they feed: on the CPU a guard that trimmed them held k=0
+        on "high" after "zero" (0.52x the untrimmed guard), its probes never checked."""
+        full = [n for _, n in proposed]
+        if self.per_request is None or not proposed or self.last_reason in UNTRIMMED:
+            self.drafts_checked += sum(full) if self.per_request is not None else 0
+            return full
         alphas = self.acceptance.rates(now)
         own = [self.per_request.rates(r, alphas, now) for r, _ in proposed]
-        k = max(n for _, n in proposed)
-        keep, _, _ = trim_plan(own, k, self.cost, self.prefill_tokens)
-        keep = [min(kept, n) for kept, (_, n) in zip(keep, proposed, strict=True)]
+        keep, _, _ = trim_plan(own, max(full), self.cost, self.prefill_tokens)
+        keep = [
+            min(kept, n) if self.per_request.known(r) else n
+            for kept, (r, n) in zip(keep, proposed, strict=True)
+        ]
         self.drafts_checked += sum(keep)
         self.drafts_trimmed += sum(n for _, n in proposed) - sum(keep)
         return keep

@@ -247,7 +247,7 @@ def markdown(report: dict) -> str:
             "of each ratio is noise is unknown (run --rounds 2 or more)."
         ),
     ]
-    for name, fig in report.get("switch", {}).get("figures", {}).items():
+    for name, fig in (report.get("switch") or {}).get("figures", {}).items():  # None: no run
         lines.append(
             f"- switch {name}: "
             + json.dumps({k: v for k, v in fig.items() if k not in ("k_over_time",)})

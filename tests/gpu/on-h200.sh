@@ -109,9 +109,12 @@ guard-long)
     # the background and `guard-wait` collects it (the machine must stay warm meanwhile).
     rm -rf "$work/bench-guard-long"
     mkdir -p "$work/bench-guard-long"
+    # GUARD_TARGETS/GUARD_WORKLOADS: the 2026-12-04 (second) run put the trimming guard in
+    # and left "half" out to stay inside the time.
+    # shellcheck disable=SC2086
     setsid nohup timeout "${BENCH_TIMEOUT:-1250}" python3 -m serving.cli bench \
-        --preset gpu-golden --local vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard \
-        --start staggered --workloads high half zero mixed --concurrency 1 8 64 \
+        --preset gpu-golden --local ${GUARD_TARGETS:-vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard} \
+        --start staggered --workloads ${GUARD_WORKLOADS:-high half zero mixed} --concurrency 1 8 64 \
         --requests "${REQUESTS:-48}" --requests-per-stream 16 --rounds "${BENCH_ROUNDS:-2}" \
         --max-tokens 64 --switch-requests "${SWITCH_REQUESTS:-3072}" --switch-concurrency 16 \
         --budget-s "${BENCH_BUDGET:-1150}" --logs "$work/bench-guard-long/logs" \

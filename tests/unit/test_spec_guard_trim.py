@@ -107,6 +107,20 @@ def test_a_request_whose_drafts_start_to_pass_gets_them_back():
     assert sum(s["zero0"] == K for s in back[first:]) / len(back[first:]) > 0.9
 
 
+def test_after_a_spell_of_rejected_drafts_new_accepting_requests_bring_drafting_back():
+    # The CPU bench's "high" after "zero": new requests, k=0 held. Their first drafts
+    # (a probe's) must be checked, or the estimates they feed never learn they pass.
+    sim = MixedBatch(TRIM, {f"zero{i}": 0.0 for i in range(8)})
+    sim.run(10)
+    assert sim.guard.k == 0
+    sim.alphas = {f"high{i}": 1.0 for i in range(8)}
+    start, steps = sim.now, len(sim.kept)
+    sim.run(10)
+    up = next(i for i, s in enumerate(sim.kept[steps:]) if s["high0"] == K)
+    assert up * (sim.now - start) / (len(sim.kept) - steps) < 3.0
+    assert sim.guard.k == K
+
+
 def test_with_every_request_rejecting_trimming_still_turns_drafting_off():
     sim = MixedBatch(TRIM, {f"zero{i}": 0.0 for i in range(8)})
     sim.run(10)
