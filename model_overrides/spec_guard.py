@@ -41,7 +41,10 @@ MIN_HISTORY = 4.0  # observations the acceptance estimate keeps, however old
 SLOW_FACTOR = 8.0  # the slow memory's time constant, in fast ones
 CHANGE = 0.2  # fast and slow estimates this far apart: the traffic changed
 REQUEST_PRIOR = 1.0  # the batch's estimate, as observations of a request's own
-REQUEST_TAU_FACTOR = 4.0  # a request's memory, in the batch's time constants
+# A request's memory, in scheduler steps, not seconds: a step is what a trimmed request
+# skips, and timed, its memory would fade faster (and it would re-check drafts more often)
+# the slower and dearer the steps were (a loaded host).
+REQUEST_TAU_STEPS = 32.0
 TRIM_ROUNDS = 4  # at most, rounds of trim_plan's fixed point
 UNTRIMMED = ("probe", "calibrate")  # drafts of these steps are checked in full
 
@@ -119,12 +122,13 @@ class PositionAcceptance:
 
 class RequestAcceptance:
     """Each request's own per-position counts, read against the batch's estimate as a
-    prior of REQUEST_PRIOR observations. They fade with no floor: a request trimmed to
-    no drafts observes nothing, reads as the batch again within a few time constants and
-    drafts once more, its own probe (a request whose drafts start to pass gets them back)."""
+    prior of REQUEST_PRIOR observations. They fade with no floor, by scheduler step
+    (``now`` is a step count): a request trimmed to no drafts observes nothing, reads as
+    the batch again within a few time constants and checks drafts once more, its own
+    probe (a request whose drafts start to pass gets them back)."""
 
-    def __init__(self, k_max: int, tau_s: float) -> None:
-        self.k_max, self.tau_s = k_max, tau_s
+    def __init__(self, k_max: int, tau_steps: float) -> None:
+        self.k_max, self.tau = k_max, tau_steps
         self.counts: dict[str, tuple[list[float], list[float], list[float]]] = {}
 
     def _faded(self, request_id: str, now: float) -> tuple[list[float], list[float]]:
@@ -132,7 +136,7 @@ class RequestAcceptance:
             request_id, ([0.0] * self.k_max, [0.0] * self.k_max, [now])
         )
         if now > last[0]:
-            f = math.exp(-(now - last[0]) / self.tau_s)
+            f = math.exp(-(now - last[0]) / self.tau)
             for j in range(self.k_max):
                 reached[j] *= f
                 accepted[j] *= f
@@ -333,9 +337,7 @@ class AdaptiveK:
         self.prefill_tokens = 0  # of the last measured step: the part of T not set by k
         self.last_rates: list[float] = [1.0] * k_max
         self.last_k = k_max
-        self.per_request = (
-            RequestAcceptance(k_max, settings.tau_s * REQUEST_TAU_FACTOR) if settings.trim else None
-        )
+        self.per_request = RequestAcceptance(k_max, REQUEST_TAU_STEPS) if settings.trim else None
         self.drafts_checked = 0  # drafts trimming kept (trim on)
         self.drafts_trimmed = 0
         self.last_reason = ""
@@ -370,7 +372,7 @@ class AdaptiveK:
         if self.per_request is not None and request_ids:
             # Trimming on: a k is worth what it moves once each request's drafts are trimmed
             # (a batch half of whose requests reject every draft may still pay at full k).
-            own = [self.per_request.rates(r, alphas, now) for r in request_ids]
+            own = [self.per_request.rates(r, alphas, self.steps) for r in request_ids]
             rates = {k: self.trimmed_rate(own, k) for k in range(self.k_max + 1)}
         else:
             rates = {k: self.rate(alphas, requests, k) for k in range(self.k_max + 1)}
@@ -439,13 +441,14 @@ class AdaptiveK:
             if drafted > 0:
                 self.acceptance.observe(drafted, accepted, now, times)
 
-    def observe_request_drafts(self, drafts: list[tuple[str, int, int]], now: float) -> None:
-        """A verified step's ``(request id, drafted, accepted)``, for trimming."""
+    def observe_request_drafts(self, drafts: list[tuple[str, int, int]]) -> None:
+        """A verified step's ``(request id, drafted, accepted)``, for trimming (its clock is
+        the step count)."""
         if self.per_request is None:
             return
         for request_id, drafted, accepted in drafts:
             if drafted > 0:
-                self.per_request.observe(request_id, drafted, accepted, now)
+                self.per_request.observe(request_id, drafted, accepted, self.steps)
 
     def trim(self, proposed: list[tuple[str, int]], now: float) -> list[int]:
         """How many of its ``proposed`` drafts each ``(request id, drafts)`` checks this
@@ -459,7 +462,7 @@ class AdaptiveK:
             self.drafts_checked += sum(full) if self.per_request is not None else 0
             return full
         alphas = self.acceptance.rates(now)
-        own = [self.per_request.rates(r, alphas, now) for r, _ in proposed]
+        own = [self.per_request.rates(r, alphas, self.steps) for r, _ in proposed]
         keep, _, _ = trim_plan(own, max(full), self.cost, self.prefill_tokens)
         keep = [
             min(kept, n) if self.per_request.known(r) else n

@@ -158,7 +158,7 @@ class GuardLookup:
             began = max(began, self.last_finished)
         self.last_finished = now
         self.guard.observe_drafts([(d, a) for _, d, a in self.drafts], now)
-        self.guard.observe_request_drafts(self.drafts, now)
+        self.guard.observe_request_drafts(self.drafts)
         self.drafts = []
         requests = len(output.num_scheduled_tokens)
         if began is not None and requests:

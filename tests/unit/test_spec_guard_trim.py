@@ -53,7 +53,7 @@ class MixedBatch:
             took = check_dear(len(ids), verified, decision.k)
             self.now += took
             self.guard.observe_drafts([(d, a) for _, d, a in drafts], self.now)
-            self.guard.observe_request_drafts(drafts, self.now)
+            self.guard.observe_request_drafts(drafts)
             self.guard.observe_step(len(ids) + verified, len(ids), verified, decision.k, took)
             self.proposed = decision.k
 
@@ -137,8 +137,8 @@ def test_the_hook_cuts_a_requests_drafts_without_touching_the_shared_placeholder
     lookup = hook.GuardLookup(
         GuardSettings(mode="adaptive", trim=True, step_cost=(0.03, 0, 0.002, 0.003, 0.0005)), K
     )
-    for t in range(6):
-        lookup.guard.observe_request_drafts([("bad", 2, 0), ("good", 2, 2)], t * 0.01)
+    for _ in range(6):
+        lookup.guard.observe_request_drafts([("bad", 2, 0), ("good", 2, 2)])
     placeholders = [-1, -1]  # the async scheduler gives every request this one list
     running = [
         SimpleNamespace(request_id="bad", spec_token_ids=placeholders),
