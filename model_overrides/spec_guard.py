@@ -40,7 +40,10 @@ IRLS_ROUNDS = 8  # at most, reweighting rounds of the cost fit (its median line)
 MIN_HISTORY = 4.0  # observations the acceptance estimate keeps, however old
 SLOW_FACTOR = 8.0  # the slow memory's time constant, in fast ones
 CHANGE = 0.2  # fast and slow estimates this far apart: the traffic changed
-REQUEST_PRIOR = 1.0  # the batch's estimate, as observations of a request's own
+# The batch's estimate, as observations of a request's own: one rejected draft must not
+# trim a request whose drafts mostly pass (at 1, one rejection read as 0.5 and trimmed a
+# request among seven perfect ones for 20-30 steps).
+REQUEST_PRIOR = 4.0
 # A request's memory, in scheduler steps, not seconds: a step is what a trimmed request
 # skips, and timed, its memory would fade faster (and it would re-check drafts more often)
 # the slower and dearer the steps were (a loaded host).
@@ -340,6 +343,7 @@ class AdaptiveK:
         self.per_request = RequestAcceptance(k_max, REQUEST_TAU_STEPS) if settings.trim else None
         self.drafts_checked = 0  # drafts trimming kept (trim on)
         self.drafts_trimmed = 0
+        self.ragged_steps = 0  # steps whose requests check different numbers of drafts
         self.last_reason = ""
 
     def _calibration_k(self) -> int | None:
@@ -470,6 +474,9 @@ class AdaptiveK:
         ]
         self.drafts_checked += sum(keep)
         self.drafts_trimmed += sum(n for _, n in proposed) - sum(keep)
+        # Not a uniform decode batch: on a GPU no full CUDA graph for it (vLLM's scheduler
+        # avoids partial drafts for that reason, vllm/v1/core/sched/scheduler.py:674-677).
+        self.ragged_steps += len(set(keep)) > 1
         return keep
 
     def keep_requests(self, request_ids: set[str]) -> None:
@@ -502,4 +509,5 @@ class AdaptiveK:
             "trim": self.per_request is not None,
             "drafts_checked": self.drafts_checked,
             "drafts_trimmed": self.drafts_trimmed,
+            "ragged_steps": self.ragged_steps,
         }

@@ -74,7 +74,9 @@ class GuardSettings(BaseModel):
     trim: bool = Field(
         False,
         description="adaptive: per-request trimming, a request whose drafts keep being "
-        "rejected checks fewer of them (the drafter still proposes k for every request)",
+        "rejected checks fewer of them (the drafter still proposes k for every request); "
+        "measured to pay on the CPU at batch 1 only; on a GPU a step whose requests check "
+        "different numbers of drafts is not a uniform decode batch (no full CUDA graph)",
     )
     script: list[int] | None = Field(None, description="script mode: k per step, repeated")
 

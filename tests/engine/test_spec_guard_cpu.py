@@ -124,13 +124,17 @@ def test_trimming_checks_fewer_of_the_drafts_that_fail_and_keeps_every_text(fami
     result = run(families_dir, "mixed:8", settings)
     (phase,) = result["phases"]
     assert all(phase["texts_ok"]), phase
-    assert result["state"]["trim"] and result["state"]["drafts_trimmed"] > 0, result["state"]
+    state = result["state"]
+    assert state["trim"] and state["drafts_trimmed"] > 0 and state["ragged_steps"] > 0, state
     design = read_design(families_dir)
     static = expected_counters(design, prompts_of(design, "mixed", 8), K, MAX_TOKENS)
     counters = phase["counters"]
-    # Static k=2 accepts a quarter of what it checks here (the zero half runs 3x longer).
-    assert static[ACCEPTED] / static[DRAFTED] < 0.3
-    assert counters[ACCEPTED] / counters[DRAFTED] > 0.5, (counters, static)
+    # Static k=2 checks 504 drafts here and accepts a quarter (the zero half runs 3x
+    # longer); trimmed (288 and 128 on a quiet machine), the zero half checks its drafts
+    # until its own rejections outweigh the batch's estimate (REQUEST_PRIOR), then only
+    # when they fade or a probe asks: far fewer.
+    assert counters[DRAFTED] < 0.7 * static[DRAFTED], (counters, static)
+    assert counters[ACCEPTED] / counters[DRAFTED] > 1.4 * static[ACCEPTED] / static[DRAFTED]
 
 
 def test_the_guard_settings_travel_as_one_variable():

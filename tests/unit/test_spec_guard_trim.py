@@ -62,6 +62,7 @@ class MixedBatch:
 
 
 MIXED = {**{f"high{i}": 1.0 for i in range(4)}, **{f"zero{i}": 0.0 for i in range(4)}}
+CHECK_DEAR = (0.03, 0, 0.002, 0.003, 0.0005)  # check_dear as a fixed step cost
 
 
 def test_trim_plan_drops_the_drafts_of_the_requests_that_reject_them():
@@ -91,6 +92,29 @@ def test_trimming_pays_on_a_mixed_batch_where_checking_is_dear():
     # A rejecting request drafts again now and then (its own probe), not most steps.
     assert 0 < sum(s["zero0"] > 0 for s in late) / len(late) < 0.15
     assert trimmed.guard.state(trimmed.now)["drafts_trimmed"] > 0
+
+
+def test_one_rejected_draft_does_not_trim_a_request_whose_drafts_pass():
+    guard = AdaptiveK(GuardSettings(mode="adaptive", trim=True, step_cost=CHECK_DEAR), K)
+    for step in range(20):
+        guard.decide(8, step * 0.1, [f"r{i}" for i in range(8)])
+        guard.observe_drafts([(2, 2)] * 7 + [(2, 0 if step == 10 else 2)], step * 0.1)
+        guard.observe_request_drafts(
+            [(f"r{i}", 2, 2) for i in range(7)] + [("r7", 2, 0 if step == 10 else 2)]
+        )
+    assert guard.trim([(f"r{i}", 2) for i in range(8)], 2.0) == [2] * 8
+
+
+def test_a_uniform_batch_loses_nothing_to_trimming():
+    # Every request accepts 70% of first drafts: per-request noise must not trim good ones.
+    ratios = []
+    for seed in range(3):
+        alphas = {f"r{i}": 0.7 for i in range(8)}
+        trimmed, whole = MixedBatch(TRIM, alphas, seed), MixedBatch(NO_TRIM, alphas, seed)
+        trimmed.run(30)
+        whole.run(30)
+        ratios.append(trimmed.rate() / whole.rate())
+    assert min(ratios) >= 0.98, ratios
 
 
 def test_a_request_whose_drafts_start_to_pass_gets_them_back():
@@ -134,10 +158,8 @@ def test_trimming_off_checks_every_draft():
 
 def test_the_hook_cuts_a_requests_drafts_without_touching_the_shared_placeholders(monkeypatch):
     monkeypatch.setattr(hook.time, "monotonic", lambda: 0.06)
-    lookup = hook.GuardLookup(
-        GuardSettings(mode="adaptive", trim=True, step_cost=(0.03, 0, 0.002, 0.003, 0.0005)), K
-    )
-    for _ in range(6):
+    lookup = hook.GuardLookup(GuardSettings(mode="adaptive", trim=True, step_cost=CHECK_DEAR), K)
+    for _ in range(20):
         lookup.guard.observe_request_drafts([("bad", 2, 0), ("good", 2, 2)])
     placeholders = [-1, -1]  # the async scheduler gives every request this one list
     running = [
