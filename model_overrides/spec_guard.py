@@ -16,12 +16,6 @@ same at any batch size where steps are launch-bound (a GPU serving a small batch
 switch needs a margin (hysteresis) held for a few steps and a dwell time; while k < K a
 probe step now and then (``probe_interval_s`` and ``probe_min_steps`` apart) drafts K so
 the estimate stays live and the guard recovers.
-
-Per-request trimming (``trim``): each request also keeps its own acceptance, and before a
-step verifies the drafts the last step proposed, a request's drafts past the point where
-they are not expected to pay are dropped (``trim_plan``): a request that keeps rejecting
-drafts verifies fewer, the rest of the batch keeps its k. The drafter still proposes k for
-every request (vLLM proposes one k per step); what trimming saves is checking them.
 """
 
 from __future__ import annotations
@@ -40,16 +34,6 @@ IRLS_ROUNDS = 8  # at most, reweighting rounds of the cost fit (its median line)
 MIN_HISTORY = 4.0  # observations the acceptance estimate keeps, however old
 SLOW_FACTOR = 8.0  # the slow memory's time constant, in fast ones
 CHANGE = 0.2  # fast and slow estimates this far apart: the traffic changed
-# The batch's estimate, as observations of a request's own: one rejected draft must not
-# trim a request whose drafts mostly pass (at 1, one rejection read as 0.5 and trimmed a
-# request among seven perfect ones for 20-30 steps).
-REQUEST_PRIOR = 4.0
-# A request's memory, in scheduler steps, not seconds: a step is what a trimmed request
-# skips, and timed, its memory would fade faster (and it would re-check drafts more often)
-# the slower and dearer the steps were (a loaded host).
-REQUEST_TAU_STEPS = 32.0
-TRIM_ROUNDS = 4  # at most, rounds of trim_plan's fixed point
-UNTRIMMED = ("probe", "calibrate")  # drafts of these steps are checked in full
 
 
 class _Decayed:
@@ -123,59 +107,13 @@ class PositionAcceptance:
         return [f if abs(f - s) > CHANGE else s for f, s in zip(fast, slow, strict=True)]
 
 
-class RequestAcceptance:
-    """Each request's own per-position counts, read against the batch's estimate as a
-    prior of REQUEST_PRIOR observations. They fade with no floor, by scheduler step
-    (``now`` is a step count): a request trimmed to no drafts observes nothing, reads as
-    the batch again within a few time constants and checks drafts once more, its own
-    probe (a request whose drafts start to pass gets them back)."""
-
-    def __init__(self, k_max: int, tau_steps: float) -> None:
-        self.k_max, self.tau = k_max, tau_steps
-        self.counts: dict[str, tuple[list[float], list[float], list[float]]] = {}
-
-    def _faded(self, request_id: str, now: float) -> tuple[list[float], list[float]]:
-        reached, accepted, last = self.counts.setdefault(
-            request_id, ([0.0] * self.k_max, [0.0] * self.k_max, [now])
-        )
-        if now > last[0]:
-            f = math.exp(-(now - last[0]) / self.tau)
-            for j in range(self.k_max):
-                reached[j] *= f
-                accepted[j] *= f
-            last[0] = now
-        return reached, accepted
-
-    def observe(self, request_id: str, drafted: int, accepted: int, now: float) -> None:
-        reached_j, accepted_j = self._faded(request_id, now)
-        for j in range(min(accepted + 1, drafted, self.k_max)):
-            reached_j[j] += 1
-        for j in range(min(accepted, drafted, self.k_max)):
-            accepted_j[j] += 1
-
-    def known(self, request_id: str) -> bool:
-        return request_id in self.counts
-
-    def rates(self, request_id: str, prior: list[float], now: float) -> list[float]:
-        if request_id not in self.counts:
-            return prior
-        reached, accepted = self._faded(request_id, now)
-        w = REQUEST_PRIOR
-        return [(a + w * p) / (r + w) for a, r, p in zip(accepted, reached, prior, strict=True)]
-
-    def forget_all_but(self, request_ids: set[str]) -> None:
-        for gone in self.counts.keys() - request_ids:
-            del self.counts[gone]
-
-
 @dataclass
 class StepCost:
-    """``T = c0 + cP * prefill + cB * requests + cV * verified + cD * requests * k + cK * k``,
-    fitted to measured steps (robust_nonnegative_fit). A step checks the drafts the step
-    before proposed (``verified``, all requests' together: trimming makes them differ per
-    request) and proposes ``k``, so both are columns: with one only, a cycle of k values
-    would charge one step's drafts to the next. In steady state ``verified = requests * k``
-    and a draft costs ``cV + cD`` per request plus ``cK`` per step.
+    """``T = c0 + cP * prefill + cB * requests + cV * requests * verified + cD * requests * k
+    + cK * k``, fitted to measured steps (robust_nonnegative_fit). A step checks the drafts
+    the step before proposed (``verified``) and proposes ``k``, so both are columns: with
+    one only, a cycle of k values would charge one step's drafts to the next. In steady
+    state ``verified = k`` and a draft costs ``cV + cD`` per request plus ``cK`` per step.
 
     ``cK`` is the drafter's pass for each draft position: where a step is launch-bound (a
     GPU at small batches) that pass costs the same for one request as for sixteen, so a
@@ -190,11 +128,10 @@ class StepCost:
     fixed: bool = False  # coef given (GuardSettings.step_cost): measured steps change nothing
 
     def add(self, prefill: int, requests: int, verified: int, k: int, seconds: float) -> None:
-        """``verified``: the drafts the step checked, all requests together."""
         if self.fixed:
             return
         self.samples.setdefault(k, deque(maxlen=COST_WINDOW)).append(
-            (prefill, requests, verified, requests * k, k, seconds)
+            (prefill, requests, requests * verified, requests * k, k, seconds)
         )
         self.since_fit += 1
         if self.coef is None or self.since_fit >= REFIT_EVERY:
@@ -209,22 +146,13 @@ class StepCost:
         y = np.array([r[-1] for r in rows])
         self.coef = tuple(float(c) for c in robust_nonnegative_fit(a, y))
 
-    def seconds(
-        self, prefill: int, requests: int, k: int, verified: int | None = None
-    ) -> float | None:
-        """A step that proposes k and checks ``verified`` drafts (default: k each)."""
+    def seconds(self, prefill: int, requests: int, k: int) -> float | None:
         if self.coef is None:
             return None
         c0, cp, cb, cv, cd, ck = self.coef
-        verified = requests * k if verified is None else verified
         # No cost is negative (the fit, step_cost's check); all of them can be zero.
         fixed = max(c0 + cp * prefill + cb * requests, 1e-6)
-        return fixed + cv * verified + (cd * requests + ck) * k
-
-    @property
-    def check_cost(self) -> float:
-        """Seconds to check one draft of one request (cV)."""
-        return self.coef[3] if self.coef else 0.0
+        return fixed + ((cv + cd) * requests + ck) * k
 
 
 def robust_nonnegative_fit(a: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -270,42 +198,6 @@ def expected_tokens(alphas: list[float], requests: int, k: int) -> float:
     return requests * total
 
 
-def trim_plan(
-    request_rates: list[list[float]], k: int, cost: StepCost, prefill: int
-) -> tuple[list[int], float, float]:
-    """Each request's drafts to check (at most k, a leading run), with the step's expected
-    tokens and seconds. A request's draft j is checked when the tokens it is expected to
-    add (the chance positions 0..j all pass) per second of checking it (``cV``) are at
-    least the step's tokens per second: checking it then raises the rate. The rate rises
-    as drafts are dropped, so the rule is applied again until nothing changes."""
-    requests = len(request_rates)
-    runs = []
-    for rates in request_rates:
-        run, p = [], 1.0
-        for alpha in rates[:k]:
-            p *= alpha
-            run.append(p)
-        runs.append(run)
-
-    def totals(keep: list[int]) -> tuple[float, float]:
-        tokens = requests + sum(sum(run[:n]) for run, n in zip(runs, keep, strict=True))
-        return tokens, cost.seconds(prefill, requests, k, sum(keep)) or 0.0
-
-    keep = [len(run) for run in runs]
-    per_check = cost.check_cost
-    for _ in range(TRIM_ROUNDS):
-        tokens, seconds = totals(keep)
-        if seconds <= 0 or per_check <= 0:
-            break
-        bar = per_check * tokens / seconds
-        new = [sum(1 for p in run if p >= bar) for run in runs]  # a run never rises
-        if new == keep:
-            break
-        keep = new
-    tokens, seconds = totals(keep)
-    return keep, tokens, seconds
-
-
 @dataclass
 class Decision:
     k: int
@@ -340,11 +232,6 @@ class AdaptiveK:
         self.prefill_tokens = 0  # of the last measured step: the part of T not set by k
         self.last_rates: list[float] = [1.0] * k_max
         self.last_k = k_max
-        self.per_request = RequestAcceptance(k_max, REQUEST_TAU_STEPS) if settings.trim else None
-        self.drafts_checked = 0  # drafts trimming kept (trim on)
-        self.drafts_trimmed = 0
-        self.ragged_steps = 0  # steps whose requests check different numbers of drafts
-        self.last_reason = ""
 
     def _calibration_k(self) -> int | None:
         """K, K, K-1, K-1, ..., 0, 0, repeated: each k held two steps, so the second
@@ -360,42 +247,22 @@ class AdaptiveK:
             return None
         return expected_tokens(alphas, requests, k) / seconds
 
-    def trimmed_rate(self, request_rates: list[list[float]], k: int) -> float | None:
-        if self.cost.coef is None:
-            return None
-        _, tokens, seconds = trim_plan(request_rates, k, self.cost, self.prefill_tokens)
-        return tokens / seconds if seconds > 0 else None
-
-    def best(
-        self,
-        alphas: list[float],
-        requests: int,
-        request_ids: list[str] | None = None,
-        now: float = 0.0,
-    ) -> tuple[int, dict[int, float]]:
-        if self.per_request is not None and request_ids:
-            # Trimming on: a k is worth what it moves once each request's drafts are trimmed
-            # (a batch half of whose requests reject every draft may still pay at full k).
-            own = [self.per_request.rates(r, alphas, self.steps) for r in request_ids]
-            rates = {k: self.trimmed_rate(own, k) for k in range(self.k_max + 1)}
-        else:
-            rates = {k: self.rate(alphas, requests, k) for k in range(self.k_max + 1)}
+    def best(self, alphas: list[float], requests: int) -> tuple[int, dict[int, float]]:
+        rates = {k: self.rate(alphas, requests, k) for k in range(self.k_max + 1)}
         known = {k: r for k, r in rates.items() if r is not None}
         if not known:
             return self.k, {}
         # Ties go to the smaller k: it costs less if the estimate is off.
         return max(known, key=lambda k: (known[k], -k)), known
 
-    def decide(self, requests: int, now: float, request_ids: list[str] | None = None) -> Decision:
-        """``request_ids``: the step's requests, read when trimming is on."""
-        decision = self._decide(requests, now, request_ids)
-        self.last_reason = decision.reason
+    def decide(self, requests: int, now: float) -> Decision:
+        decision = self._decide(requests, now)
         self.steps += 1
         self.decisions[decision.reason] += 1
         self.last_k = decision.k
         return decision
 
-    def _decide(self, requests: int, now: float, request_ids: list[str] | None) -> Decision:
+    def _decide(self, requests: int, now: float) -> Decision:
         s = self.settings
         if s.mode == "script":
             script = s.script or [self.k_max]
@@ -405,7 +272,7 @@ class AdaptiveK:
             return Decision(calibration, "calibrate")
         alphas = self.acceptance.rates(now)
         self.last_rates = alphas
-        best, rates = self.best(alphas, requests, request_ids, now)
+        best, rates = self.best(alphas, requests)
         if not rates:
             return Decision(self.k, "no-cost-model")
         if best != self.k and rates[best] >= (1 + s.hysteresis) * rates[self.k]:
@@ -445,54 +312,14 @@ class AdaptiveK:
             if drafted > 0:
                 self.acceptance.observe(drafted, accepted, now, times)
 
-    def observe_request_drafts(self, drafts: list[tuple[str, int, int]]) -> None:
-        """A verified step's ``(request id, drafted, accepted)``, for trimming (its clock is
-        the step count)."""
-        if self.per_request is None:
-            return
-        for request_id, drafted, accepted in drafts:
-            if drafted > 0:
-                self.per_request.observe(request_id, drafted, accepted, self.steps)
-
-    def trim(self, proposed: list[tuple[str, int]], now: float) -> list[int]:
-        """How many of its ``proposed`` drafts each ``(request id, drafts)`` checks this
-        step (called before the step that checks them, so ``last_reason`` is the step
-        that proposed them): all of them with trimming off, after a probe or calibration
-        step, and for a request with no acceptance of its own yet. Trimmed, those would
-        starve the estimates they feed: on the CPU a guard that trimmed them held k=0
-        on "high" after "zero" (0.52x the untrimmed guard), its probes never checked."""
-        full = [n for _, n in proposed]
-        if self.per_request is None or not proposed or self.last_reason in UNTRIMMED:
-            self.drafts_checked += sum(full) if self.per_request is not None else 0
-            return full
-        alphas = self.acceptance.rates(now)
-        own = [self.per_request.rates(r, alphas, self.steps) for r, _ in proposed]
-        keep, _, _ = trim_plan(own, max(full), self.cost, self.prefill_tokens)
-        keep = [
-            min(kept, n) if self.per_request.known(r) else n
-            for kept, (r, n) in zip(keep, proposed, strict=True)
-        ]
-        self.drafts_checked += sum(keep)
-        self.drafts_trimmed += sum(n for _, n in proposed) - sum(keep)
-        # Not a uniform decode batch: on a GPU no full CUDA graph for it (vLLM's scheduler
-        # avoids partial drafts for that reason, vllm/v1/core/sched/scheduler.py:674-677).
-        self.ragged_steps += len(set(keep)) > 1
-        return keep
-
-    def keep_requests(self, request_ids: set[str]) -> None:
-        """Forget the acceptance of requests no longer running."""
-        if self.per_request is not None:
-            self.per_request.forget_all_but(request_ids)
-
     def observe_step(
-        self, tokens: int, requests: int, verified: int, k: int, seconds: float
+        self, tokens: int, requests: int, verified_k: int, k: int, seconds: float
     ) -> None:
-        """``verified``: the drafts this step checked, all requests together; ``k``: the
-        drafts per request it proposed."""
+        """``verified_k``: the drafts per request this step checked; ``k``: proposed."""
         if requests <= 0 or seconds <= 0:
             return
-        self.prefill_tokens = max(tokens - requests - verified, 0)
-        self.cost.add(self.prefill_tokens, requests, verified, k, seconds)
+        self.prefill_tokens = max(tokens - requests * (1 + verified_k), 0)
+        self.cost.add(self.prefill_tokens, requests, verified_k, k, seconds)
 
     def state(self, now: float) -> dict:
         """What the engine publishes (model_overrides/patches/spec_guard.py writes it)."""
@@ -506,8 +333,4 @@ class AdaptiveK:
             "decisions": dict(self.decisions),
             "steps": self.steps,
             "drafting_off_s": (now - self.off_since) if self.off_since is not None else 0.0,
-            "trim": self.per_request is not None,
-            "drafts_checked": self.drafts_checked,
-            "drafts_trimmed": self.drafts_trimmed,
-            "ragged_steps": self.ragged_steps,
         }

@@ -71,13 +71,6 @@ class GuardSettings(BaseModel):
         "online; for hosts whose step times are too noisy to fit (shared cores), from a "
         "run of the guard bench",
     )
-    trim: bool = Field(
-        False,
-        description="adaptive: per-request trimming, a request whose drafts keep being "
-        "rejected checks fewer of them (the drafter still proposes k for every request); "
-        "measured to pay on the CPU at batch 1 only; on a GPU a step whose requests check "
-        "different numbers of drafts is not a uniform decode batch (no full CUDA graph)",
-    )
     script: list[int] | None = Field(None, description="script mode: k per step, repeated")
 
     @model_validator(mode="after")
@@ -108,8 +101,6 @@ class GuardSettings(BaseModel):
                 raise ValueError(f"step_cost is for guard mode 'adaptive', not {self.mode!r}")
             if min(self.step_cost) < 0 or self.step_cost[0] <= 0:
                 raise ValueError("step_cost: every cost >= 0 and the per-step one > 0")
-        if self.trim and self.mode != "adaptive":
-            raise ValueError(f"trim is for guard mode 'adaptive', not {self.mode!r}")
         if any(k < 0 for k in self.script or []):
             raise ValueError("script values must be >= 0")
         return self
@@ -160,8 +151,7 @@ class GuardSettings(BaseModel):
             f"adaptive (step cost {cost}, acceptance over tau {self.tau_s} s, probe every "
             f"{self.probe_interval_s} s and {self.probe_min_steps} steps, switch on a "
             f"{self.hysteresis:.0%} gain held "
-            f"{self.confirm_steps} steps, dwell {self.min_dwell_s} s"
-            + (", per-request trimming)" if self.trim else ")")
+            f"{self.confirm_steps} steps, dwell {self.min_dwell_s} s)"
         )
 
     def engine_env(self) -> dict[str, str]:

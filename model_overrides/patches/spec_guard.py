@@ -13,12 +13,6 @@ Where it hooks into vLLM 0.32 (``vllm/v1/core/sched/scheduler.py``):
   step (inside ``update_from_output``), whether or not stats are logged: the guard's
   acceptance feed, gathered there and counted once the step's update returns.
 - ``schedule`` / ``update_from_output``: the step's measured time, for the cost model.
-- Per-request trimming (``trim``), before ``schedule`` runs: a running request's
-  ``spec_token_ids`` (its drafts, or the async scheduler's placeholders for them) is cut
-  to the drafts it should check. ``schedule()`` counts a request's tokens from
-  ``num_tokens_with_spec`` and already cuts ``spec_token_ids`` to what the token budget
-  leaves (``spec_token_ids[:num_scheduled_spec_tokens]``), so the worker takes a shorter
-  list as it takes a budget's cut.
 
 The probe reads those lines in vLLM's source files without importing the runner or the
 proposer: importing ``vllm.v1.worker.gpu_model_runner`` imports DSV4's model modules, and
@@ -66,7 +60,6 @@ _SOURCE_NEEDS = (
     (_SCHEDULER, "Scheduler.schedule", "num_spec_tokens_to_schedule=num_spec_tokens_to_schedule"),
     (_SCHEDULER, "Scheduler.__init__", "self.dynamic_sd_lookup"),
     (_SCHEDULER, "Scheduler.update_from_output", "self.make_spec_decoding_stats("),
-    (_SCHEDULER, "Scheduler.schedule", "spec_token_ids[:num_scheduled_spec_tokens]"),
     (_RUNNER, "GPUModelRunner.propose_draft_token_ids", "num_spec_tokens_to_schedule"),
     (_PROPOSER, "SpecDecodeBaseProposer.propose", "if self.num_speculative_tokens == 0"),
 )
@@ -83,24 +76,20 @@ _STATS_PARAMS = [
 class GuardLookup:
     """Stands in for vLLM's dense table: ``lookup[batch_size]`` is this step's k."""
 
-    def __init__(self, settings: GuardSettings, k_max: int, scheduler: Any = None) -> None:
+    def __init__(self, settings: GuardSettings, k_max: int) -> None:
         self.guard = AdaptiveK(settings, k_max)
-        self.scheduler = scheduler  # its running requests: trimming reads them
         self.state_path = os.environ.get(STATE_ENV) or None
         self.log_path = os.environ.get(LOG_ENV) or None
         self.started: dict[int, float] = {}
         self.last_finished = -math.inf
-        self.drafts: list[tuple[str, int, int]] = []  # this step's, until step_finished
+        self.drafts: list[tuple[int, int]] = []  # this step's, until step_finished
         self.last_written = 0.0
         self.announced = False
 
     def __getitem__(self, batch_size: int) -> int:
         now = time.monotonic()
         before = self.guard.last_k
-        ids = None
-        if self.guard.per_request is not None and self.scheduler is not None:
-            ids = [r.request_id for r in self.scheduler.running]
-        decision = self.guard.decide(batch_size, now, ids)
+        decision = self.guard.decide(batch_size, now)
         if not self.announced:
             self.announced = True
             logger.info(
@@ -128,18 +117,6 @@ class GuardLookup:
             logger.warning("speculation guard: cannot log to %s: %s", self.log_path, exc)
             self.log_path = None
 
-    def trim(self, running: list) -> None:
-        """Before schedule(): cut each running request's drafts to what it should check."""
-        proposed = [(r.request_id, len(r.spec_token_ids)) for r in running if r.spec_token_ids]
-        self.guard.keep_requests({r.request_id for r in running})
-        keep = self.guard.trim(proposed, time.monotonic())
-        by_id = dict(zip((rid for rid, _ in proposed), keep, strict=True))
-        for request in running:
-            kept = by_id.get(request.request_id)
-            if kept is not None and kept < len(request.spec_token_ids):
-                # A new list: the async scheduler's placeholders are shared by requests.
-                request.spec_token_ids = request.spec_token_ids[:kept]
-
     def step_started(self, output: Any) -> None:
         self.started[id(output)] = time.monotonic()
         while len(self.started) > _TIMES_KEPT:
@@ -157,13 +134,12 @@ class GuardLookup:
             # schedules after the last finish, so its times do not change.
             began = max(began, self.last_finished)
         self.last_finished = now
-        self.guard.observe_drafts([(d, a) for _, d, a in self.drafts], now)
-        self.guard.observe_request_drafts(self.drafts)
+        self.guard.observe_drafts(self.drafts, now)
         self.drafts = []
         requests = len(output.num_scheduled_tokens)
         if began is not None and requests:
             spec = output.scheduled_spec_decode_tokens
-            verified = sum(len(v) for v in spec.values())
+            verified = max((len(v) for v in spec.values()), default=0)
             self.guard.observe_step(
                 output.total_num_scheduled_tokens,
                 requests,
@@ -205,7 +181,7 @@ def install(scheduler: Any, settings: GuardSettings) -> str | None:
         # for every k; which k a step runs is the guard's (the preset allows no other
         # table beside an adaptive guard).
         logger.info("speculation guard: in place of vLLM's batch-size table (its graphs stay)")
-    scheduler.dynamic_sd_lookup = GuardLookup(settings, k_max, scheduler)
+    scheduler.dynamic_sd_lookup = GuardLookup(settings, k_max)
     return None
 
 
@@ -242,7 +218,7 @@ def _wrap_stats(original: Any) -> Any:
     ) -> Any:
         if guard := _guard_of(self):
             invalid = (num_invalid_spec_tokens or {}).get(request_id, 0)
-            guard.drafts.append((request_id, num_draft_tokens - invalid, num_accepted_tokens))
+            guard.drafts.append((num_draft_tokens - invalid, num_accepted_tokens))
         return original(
             self,
             spec_decoding_stats,
@@ -258,11 +234,8 @@ def _wrap_stats(original: Any) -> Any:
 def _wrap_schedule(original: Any) -> Any:
     @functools.wraps(original)
     def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
-        guard = _guard_of(self)
-        if guard and guard.guard.per_request is not None:
-            guard.trim(self.running)
         output = original(self, *args, **kwargs)
-        if guard:
+        if guard := _guard_of(self):
             guard.step_started(output)
         return output
 

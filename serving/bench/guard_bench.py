@@ -20,7 +20,7 @@ from serving.bench.load import Target, run_level
 from serving.bench.runner import BenchPlan, BenchRun
 from serving.bench.workloads import SWITCH, expected_text, family_of, workload_prompts
 
-GUARD, BATCH, TRIM = "vllm-guard", "vllm-batch", "vllm-guard-trim"
+GUARD, BATCH = "vllm-guard", "vllm-batch"
 BIN_S = 1.0  # throughput timeline resolution
 TARGET_BEST_STATIC = 0.97
 TARGET_BATCH = 1.0
@@ -180,10 +180,6 @@ def analyse(results: dict[str, dict]) -> list[dict]:
                 row["guard_vs_batch_table"] = tps[GUARD] / tps[BATCH]
             if GUARD in tps and "vllm-k0" in tps:
                 row["guard_vs_k0"] = tps[GUARD] / tps["vllm-k0"]
-            if TRIM in tps and GUARD in tps:  # does per-request trimming pay?
-                row["trim_vs_guard"] = tps[TRIM] / tps[GUARD]
-                if best:
-                    row["trim_vs_best_static"] = tps[TRIM] / statics[best]
             if "vllm-k2" in tps and "vllm-k0" in tps:
                 row["k2_vs_k0"] = tps["vllm-k2"] / tps["vllm-k0"]
             spread = {n: round_spread(lv) for n, lv in levels.items()}
@@ -203,22 +199,13 @@ def round_spread(level: dict) -> float | None:
 def markdown(report: dict) -> str:
     rows = report["cells"]
     targets = sorted({t for r in rows for t in r["tokens_per_s"]})
-    trim = any("trim_vs_guard" in r for r in rows)
     lines = [
         "| workload | c | "
         + " | ".join(targets)
-        + " | guard / best static | guard / table"
-        + (" | trim / guard | trim / best static" if trim else "")
-        + " | wrong text |",
-        "|---|---|" + "---|" * len(targets) + "---|---|" + ("---|---|" if trim else "") + "---|",
+        + " | guard / best static | guard / table | wrong text |",
+        "|---|---|" + "---|" * len(targets) + "---|---|---|",
     ]
     for r in rows:
-        trimmed = ""
-        if trim:
-            trimmed = "".join(
-                f" | {r[key]:.3f}" if key in r else " | -"
-                for key in ("trim_vs_guard", "trim_vs_best_static")
-            )
         cells = [f"{r['tokens_per_s'].get(t, 0):.0f}" for t in targets]
         ratio = r.get("guard_vs_best_static")
         table = r.get("guard_vs_batch_table")
@@ -228,7 +215,6 @@ def markdown(report: dict) -> str:
             + " | ".join(cells)
             + best
             + (f" | {table:.3f}" if table is not None else " | -")
-            + trimmed
             + f" | {r['wrong_text']} |"
         )
     checks = report["targets_met"]
@@ -263,12 +249,6 @@ def targets_met(cells: list[dict], switch: dict | None) -> dict:
         "guard_vs_batch_table_min": round(min(table), 3) if table else None,
         "wrong_text": sum(c["wrong_text"] for c in cells),
     }
-    trim: dict[str, list[float]] = {}
-    for c in cells:
-        if "trim_vs_guard" in c:
-            trim.setdefault(c["workload"], []).append(round(c["trim_vs_guard"], 3))
-    if trim:  # per workload, in concurrency order
-        out["trim_vs_guard"] = trim
     out["best_static_met"] = bool(ratios) and min(ratios) >= TARGET_BEST_STATIC
     out["batch_table_met"] = bool(table) and min(table) >= TARGET_BATCH
     spreads = sorted(

@@ -21,10 +21,9 @@ import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from model_overrides.kernel_library import FORCE_ENV, LIBRARIES
-from model_overrides.spec_guard_config import GUARD_ENV, LOG_ENV, GuardSettings
+from model_overrides.spec_guard_config import GUARD_ENV, GuardSettings
 from serving.build_args import BuildArgs, resolve
 from serving.golden_engine import mtp_config, to_cli_args
 from serving.llm_config import resolve_model_source
@@ -64,10 +63,9 @@ RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 _VLLM_KIND = re.compile(r"vllm-k([0-8])")
 # vLLM's server at the preset's k with a speculation guard: vLLM's batch-size table, or
-# ours (model_overrides/spec_guard.py), or ours with per-request trimming. Each takes the
-# preset's own guard settings when they are of that mode, else these defaults.
-ADAPTIVE_KINDS = ("vllm-guard", "vllm-guard-trim")
-GUARD_KINDS = ("vllm-batch", *ADAPTIVE_KINDS)
+# ours (model_overrides/spec_guard.py). Either takes the preset's own guard settings when
+# they are of that mode, else these defaults.
+GUARD_KINDS = ("vllm-batch", "vllm-guard")
 
 
 # A table as a user would write it from the published DSV4 figures (MTP +75% at
@@ -212,18 +210,14 @@ def vllm_kwargs(setup: LocalSetup, k: int, batch_table: object = None) -> dict:
 
 def guard_settings(kind: str, setup: LocalSetup) -> GuardSettings:
     """The guard a guard kind runs: the preset's when it is of that mode."""
-    base = split_kind(kind)[0]
-    want = "batch" if base == "vllm-batch" else "adaptive"
+    want = "batch" if split_kind(kind)[0] == "vllm-batch" else "adaptive"
     own = setup.preset.speculation.guard
-    if own.mode != want:
-        if want == "batch":
-            k = setup.preset.speculation.num_speculative_tokens
-            own = GuardSettings(mode="batch", batch_table=default_batch_table(k))
-        else:
-            own = GuardSettings(mode="adaptive")
-    if want == "adaptive":  # the kind says whether it trims, whatever the preset says
-        own = own.model_copy(update={"trim": base == "vllm-guard-trim"})
-    return own
+    if own.mode == want:
+        return own
+    if want == "batch":
+        k = setup.preset.speculation.num_speculative_tokens
+        return GuardSettings(mode="batch", batch_table=default_batch_table(k))
+    return GuardSettings(mode="adaptive")
 
 
 def _vllm_command(kind: str, setup: LocalSetup, python: str) -> list[str]:
@@ -256,10 +250,8 @@ def environment(kind: str, setup: LocalSetup, base_env: Mapping[str, str] | None
     else:
         env = {**setup.preset.engine_env(), **env}  # as `serve-vllm`: values already set win
         env.pop(GUARD_ENV, None)  # a static-k or table target runs without our guard
-        if base in ADAPTIVE_KINDS:
+        if base == "vllm-guard":
             env |= guard_settings(kind, setup).engine_env()
-        if base == "vllm-guard-trim" and env.get(LOG_ENV):  # its decisions apart from the guard's
-            env[LOG_ENV] = str(Path(env[LOG_ENV]).with_suffix(".trim.jsonl"))
     if isa:
         env[FORCE_ENV] = isa
     return env

@@ -109,8 +109,8 @@ guard-long)
     # the background and `guard-wait` collects it (the machine must stay warm meanwhile).
     rm -rf "$work/bench-guard-long"
     mkdir -p "$work/bench-guard-long"
-    # GUARD_TARGETS/GUARD_WORKLOADS: the 2026-12-04 (second) run put the trimming guard in
-    # and left "half" out to stay inside the time.
+    # GUARD_TARGETS/GUARD_WORKLOADS: other targets or workloads (the 2026-12-04 run left
+    # "half" out and ran a per-request trimming guard, since removed, as a sixth engine).
     # shellcheck disable=SC2086
     setsid nohup timeout "${BENCH_TIMEOUT:-1250}" python3 -m serving.cli bench \
         --preset gpu-golden --local ${GUARD_TARGETS:-vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard} \

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from model_overrides.spec_guard_config import GUARD_ENV, LOG_ENV
+from model_overrides.spec_guard_config import GUARD_ENV
 from serving.bench import guard_bench, workloads
 from serving.bench.command import BenchError, bench_setup, check_platform, check_workloads
 from serving.bench.machine import gpu_info
@@ -88,21 +88,6 @@ def test_the_guard_bench_targets_differ_only_in_their_guard():
     # The preset asked for the guard; the static and table targets run without it.
     assert GUARD_ENV not in specs["vllm-k0"].env and GUARD_ENV not in specs["vllm-batch"].env
     assert GUARD_ENV in environment("vllm-guard", setup, base_env={})
-
-
-def test_the_trimming_target_is_the_guard_with_trim_and_its_own_decisions_log():
-    args = args_of("--local", "vllm-guard", "vllm-guard-trim", "--workloads", "mixed")
-    setup = bench_setup(args)
-    base = {LOG_ENV: "/tmp/logs/guard-decisions.jsonl"}
-    guard = json.loads(environment("vllm-guard", setup, base_env=base)[GUARD_ENV])
-    trim_env = environment("vllm-guard-trim", setup, base_env=base)
-    trim = json.loads(trim_env[GUARD_ENV])
-    assert guard == {"mode": "adaptive"} and trim == {"mode": "adaptive", "trim": True}
-    assert trim_env[LOG_ENV] == "/tmp/logs/guard-decisions.trim.jsonl"
-    # The engine reads the same settings back (model_overrides/spec_guard_config.py).
-    from model_overrides.spec_guard_config import GuardSettings
-
-    assert GuardSettings.model_validate(trim).trim
 
 
 def level(target: str, concurrency: int, tps: float, rounds: list[float] | None = None) -> dict:
@@ -255,26 +240,10 @@ def test_the_report_writes_its_table_and_plots(tmp_path):
     )
 
 
-def test_the_report_says_whether_trimming_paid_per_cell():
-    results = {
-        "mixed": {
-            "levels": [
-                level("vllm-k0", 8, 100),
-                level("vllm-k2", 8, 60),
-                level("vllm-guard", 8, 80),
-                level("vllm-guard-trim", 8, 96),
-            ]
-        },
-        "high": {"levels": [level("vllm-k2", 8, 200), level("vllm-guard", 8, 190)]},
-    }
-    cells = guard_bench.analyse(results)
-    assert cells[0]["trim_vs_guard"] == 1.2 and cells[0]["trim_vs_best_static"] == 0.96
-    assert "trim_vs_guard" not in cells[1]
-    met = guard_bench.targets_met(cells, None)
-    assert met["trim_vs_guard"] == {"mixed": [1.2]}
-    text = guard_bench.markdown({"cells": cells, "targets_met": met})
-    assert "| trim / guard | trim / best static |" in text
-    assert "| 1.200 | 0.960 |" in text and "| - | - |" in text
+def test_the_report_of_a_run_without_a_switch_run_is_written():
+    cells = guard_bench.analyse({"zero": {"levels": [level("vllm-k0", 8, 100)]}})
+    report = {"cells": cells, "targets_met": guard_bench.targets_met(cells, None), "switch": None}
+    assert "| zero | 8 | 100 | - | - | 0 |" in guard_bench.markdown(report)
 
 
 def test_local_engines_of_a_gpu_preset_need_a_gpu_here():

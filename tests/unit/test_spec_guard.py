@@ -62,9 +62,7 @@ class SimulatedEngine:
             # half proposing it (this step's k): the guard must tell the two apart.
             took = self.step_time(requests, (verified + decision.k) / 2)
             self.now += took
-            self.guard.observe_step(
-                requests * (1 + verified), requests, requests * verified, decision.k, took
-            )
+            self.guard.observe_step(requests * (1 + verified), requests, verified, decision.k, took)
             self.proposed = decision.k
 
     def held_k(self, since: float) -> list[int]:
