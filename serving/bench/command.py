@@ -125,7 +125,8 @@ def check_platform(args: argparse.Namespace, setup: LocalSetup | None) -> None:
         why = (gpu or {}).get("error") or "torch sees no GPU (torch.cuda.is_available() is False)"
         raise BenchError(
             f"--local starts engines of preset {setup.preset.name!r}, which runs on "
-            f"{acc.kind} {acc.type or ''}, but this machine has none: {why}. Use a CPU "
+            f"{' '.join(filter(None, (acc.kind, acc.type)))}, but this machine has none: "
+            f"{why}. Use a CPU "
             "preset (--preset cpu-tiny) here, or --target NAME=URL for a running server"
         )
 
