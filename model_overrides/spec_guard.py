@@ -14,8 +14,8 @@ step times, with start-up calibration steps cycling k so that the draft cost is
 identifiable, or fixed (``step_cost``). ``cK`` is a drafter pass per draft position, the
 same at any batch size where steps are launch-bound (a GPU serving a small batch). A
 switch needs a margin (hysteresis) held for a few steps and a dwell time; while k < K a
-probe step now and then (``probe_interval_s`` and ``probe_min_steps`` apart) drafts K so
-the estimate stays live and the guard recovers.
+probe step now and then (``probe_interval_s`` and ``probe_min_steps`` apart) drafts k + 1
+so the estimate of the next position stays live and the guard recovers.
 """
 
 from __future__ import annotations
@@ -297,7 +297,11 @@ class AdaptiveK:
             and self.steps - self.last_probe_step >= s.probe_min_steps
         ):
             self.last_probe, self.last_probe_step = now, self.steps
-            return Decision(self.k_max, "probe")
+            # One position beyond the held k, not all K: that is the position whose
+            # acceptance decides whether to draft more (the ones below are drafted
+            # anyway, the ones above read as last seen), at a fraction of the price (a
+            # probe's drafts are checked for the whole batch: from k=0 with K=2, half).
+            return Decision(self.k + 1, "probe")
         return Decision(self.k, "hold")
 
     def observe_draft(self, drafted: int, accepted: int, now: float) -> None:

@@ -36,7 +36,7 @@ class GuardSettings(BaseModel):
         0.5,
         gt=0,
         le=60,
-        description="while k < max, one step this often drafts max k to keep measuring",
+        description="while k < max, one step this often drafts k + 1 to keep measuring",
     )
     probe_min_steps: int = Field(
         24,

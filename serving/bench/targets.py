@@ -209,12 +209,13 @@ def vllm_kwargs(setup: LocalSetup, k: int, batch_table: object = None) -> dict:
 
 
 def guard_settings(kind: str, setup: LocalSetup) -> GuardSettings:
-    """The guard a guard kind runs: the preset's when it is of that mode."""
-    want = "batch" if split_kind(kind)[0] == "vllm-batch" else "adaptive"
+    """The guard a guard kind runs: the preset's when it is of that mode (for
+    ``vllm-guard``, adaptive or script: a script holding k=0 prices the drafter's pass)."""
+    want = ("batch",) if split_kind(kind)[0] == "vllm-batch" else ("adaptive", "script")
     own = setup.preset.speculation.guard
-    if own.mode == want:
+    if own.mode in want:
         return own
-    if want == "batch":
+    if want == ("batch",):
         k = setup.preset.speculation.num_speculative_tokens
         return GuardSettings(mode="batch", batch_table=default_batch_table(k))
     return GuardSettings(mode="adaptive")

@@ -137,6 +137,8 @@ def test_acceptance_collapse_turns_drafting_off_within_seconds_and_probes_it():
     for (i, t), (j, u) in zip(probes, probes[1:], strict=False):
         assert ADAPTIVE.probe_interval_s <= u - t <= most + step_s
         assert j - i >= ADAPTIVE.probe_min_steps
+    # A probe drafts one position beyond the held k: from k=0 the first draft only.
+    assert {sim.trace[i][1] for i, _ in probes} == {1}
 
 
 def test_acceptance_returning_brings_full_k_back_within_five_seconds():
@@ -166,6 +168,7 @@ def test_a_position_only_probes_reach_keeps_its_evidence_on_slow_steps():
     sim = engine(lambda requests, k: 5 * CPU_LIKE(requests, k), fixed)
     sim.run(300, 8, [0.5, 0.0])
     assert set(sim.held_k(50)) == {1}, [t for t in sim.trace if t[2] == "up"]
+    assert {k for t, k, r in sim.trace if t >= 50 and r == "probe"} == {2}
 
 
 def test_drafts_that_cost_more_per_request_turn_off_at_large_batches_first():
