@@ -94,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["high", "half", "zero", "mixed"],
         help="designed-acceptance workloads on the golden families checkpoint (drafts always, "
         "half, never right; mixed: high and zero in turn), one run each over the same local "
-        "targets, e.g. --local vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard (the guard bench)",
+        "targets, e.g. --local vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard (the guard bench; "
+        "vllm-idle-drafter: the preset's k held at 0, what vLLM's drafter pass costs)",
     )
     parser.add_argument(
         "--switch-requests",

@@ -21,6 +21,7 @@ from serving.bench.runner import BenchPlan, BenchRun
 from serving.bench.workloads import SWITCH, expected_text, family_of, workload_prompts
 
 GUARD, BATCH = "vllm-guard", "vllm-batch"
+IDLE = "vllm-idle-drafter"  # k=0 every step with vLLM's drafter pass (serving.bench.targets)
 BIN_S = 1.0  # throughput timeline resolution
 TARGET_BEST_STATIC = 0.97
 TARGET_BATCH = 1.0
@@ -182,6 +183,12 @@ def analyse(results: dict[str, dict]) -> list[dict]:
                 row["guard_vs_k0"] = tps[GUARD] / tps["vllm-k0"]
             if "vllm-k2" in tps and "vllm-k0" in tps:
                 row["k2_vs_k0"] = tps["vllm-k2"] / tps["vllm-k0"]
+            if IDLE in tps and "vllm-k0" in tps:
+                # what k=0 costs with vLLM's drafter kept in step: the best a guard can
+                # do where static k=0 wins
+                row["idle_drafter_vs_k0"] = tps[IDLE] / tps["vllm-k0"]
+            if GUARD in tps and IDLE in tps:
+                row["guard_vs_idle_drafter"] = tps[GUARD] / tps[IDLE]
             spread = {n: round_spread(lv) for n, lv in levels.items()}
             row["round_spread"] = {n: v for n, v in spread.items() if v is not None}
             rows.append(row)
@@ -199,23 +206,35 @@ def round_spread(level: dict) -> float | None:
 def markdown(report: dict) -> str:
     rows = report["cells"]
     targets = sorted({t for r in rows for t in r["tokens_per_s"]})
+    idle = any("idle_drafter_vs_k0" in r for r in rows)
+    extra = " idle drafter / k=0 | guard / idle drafter |" if idle else ""
     lines = [
         "| workload | c | "
         + " | ".join(targets)
-        + " | guard / best static | guard / table | wrong text |",
-        "|---|---|" + "---|" * len(targets) + "---|---|---|",
+        + " | guard / best static | guard / table |"
+        + extra
+        + " wrong text |",
+        "|---|---|" + "---|" * len(targets) + "---|---|" + "---|---|" * idle + "---|",
     ]
+
+    def ratio_cell(value: float | None) -> str:
+        return f" {value:.3f} |" if value is not None else " - |"
+
     for r in rows:
         cells = [f"{r['tokens_per_s'].get(t, 0):.0f}" for t in targets]
         ratio = r.get("guard_vs_best_static")
-        table = r.get("guard_vs_batch_table")
-        best = f" | {ratio:.3f} ({r['best_static']})" if ratio is not None else " | -"
+        best = f" | {ratio:.3f} ({r['best_static']}) |" if ratio is not None else " | - |"
         lines.append(
             f"| {r['workload']} | {r['concurrency']} | "
             + " | ".join(cells)
             + best
-            + (f" | {table:.3f}" if table is not None else " | -")
-            + f" | {r['wrong_text']} |"
+            + ratio_cell(r.get("guard_vs_batch_table"))
+            + (
+                ratio_cell(r.get("idle_drafter_vs_k0")) + ratio_cell(r.get("guard_vs_idle_drafter"))
+                if idle
+                else ""
+            )
+            + f" {r['wrong_text']} |"
         )
     checks = report["targets_met"]
     spread = checks.get("static_round_spread_median")

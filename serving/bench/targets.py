@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from model_overrides.kernel_library import FORCE_ENV, LIBRARIES
-from model_overrides.spec_guard_config import GUARD_ENV, GuardSettings
+from model_overrides.spec_guard_config import GUARD_ENV, LOG_ENV, GuardSettings
 from serving.build_args import BuildArgs, resolve
 from serving.golden_engine import mtp_config, to_cli_args
 from serving.llm_config import resolve_model_source
@@ -64,8 +64,11 @@ RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
 _VLLM_KIND = re.compile(r"vllm-k([0-8])")
 # vLLM's server at the preset's k with a speculation guard: vLLM's batch-size table, or
 # ours (model_overrides/spec_guard.py). Either takes the preset's own guard settings when
-# they are of that mode, else these defaults.
-GUARD_KINDS = ("vllm-batch", "vllm-guard")
+# they are of that mode, else these defaults. The idle drafter is the preset's k with our
+# guard scripted to k=0 every step: vLLM still runs its drafter's first pass then (to keep
+# the draft model's KV cache in step), so it is what no choice of k can beat on "zero".
+IDLE_DRAFTER = "vllm-idle-drafter"
+GUARD_KINDS = ("vllm-batch", "vllm-guard", IDLE_DRAFTER)
 
 
 # A table as a user would write it from the published DSV4 figures (MTP +75% at
@@ -209,13 +212,15 @@ def vllm_kwargs(setup: LocalSetup, k: int, batch_table: object = None) -> dict:
 
 
 def guard_settings(kind: str, setup: LocalSetup) -> GuardSettings:
-    """The guard a guard kind runs: the preset's when it is of that mode (for
-    ``vllm-guard``, adaptive or script: a script holding k=0 prices the drafter's pass)."""
-    want = ("batch",) if split_kind(kind)[0] == "vllm-batch" else ("adaptive", "script")
+    """The guard a guard kind runs: the preset's when it is of that mode."""
+    base = split_kind(kind)[0]
+    if base == IDLE_DRAFTER:
+        return GuardSettings(mode="script", script=[0])
+    want = "batch" if base == "vllm-batch" else "adaptive"
     own = setup.preset.speculation.guard
-    if own.mode in want:
+    if own.mode == want:
         return own
-    if want == ("batch",):
+    if want == "batch":
         k = setup.preset.speculation.num_speculative_tokens
         return GuardSettings(mode="batch", batch_table=default_batch_table(k))
     return GuardSettings(mode="adaptive")
@@ -253,6 +258,9 @@ def environment(kind: str, setup: LocalSetup, base_env: Mapping[str, str] | None
         env.pop(GUARD_ENV, None)  # a static-k or table target runs without our guard
         if base == "vllm-guard":
             env |= guard_settings(kind, setup).engine_env()
+        elif base == IDLE_DRAFTER:  # the decision log is the guard's (the switch figures)
+            env |= guard_settings(kind, setup).engine_env()
+            env.pop(LOG_ENV, None)
     if isa:
         env[FORCE_ENV] = isa
     return env

@@ -111,9 +111,14 @@ guard-long)
     mkdir -p "$work/bench-guard-long"
     # GUARD_TARGETS/GUARD_WORKLOADS: other targets or workloads (the 2026-12-04 run left
     # "half" out and ran a per-request trimming guard, since removed, as a sixth engine).
+    # GUARD_SETS: preset assignments without spaces, e.g. the drafter's price at k=0 (vLLM runs
+    # its first pass at any k): GUARD_TARGETS="vllm-k0 vllm-guard" GUARD_WORKLOADS=zero
+    # GUARD_SETS="speculation.guard.mode=script speculation.guard.script=[0]" SWITCH_REQUESTS=0
+    sets=()
+    for s in ${GUARD_SETS:-}; do sets+=(--set "$s"); done
     # shellcheck disable=SC2086
     setsid nohup timeout "${BENCH_TIMEOUT:-1250}" python3 -m serving.cli bench \
-        --preset gpu-golden --local ${GUARD_TARGETS:-vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard} \
+        --preset gpu-golden "${sets[@]}" --local ${GUARD_TARGETS:-vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard} \
         --start staggered --workloads ${GUARD_WORKLOADS:-high half zero mixed} --concurrency 1 8 64 \
         --requests "${REQUESTS:-48}" --requests-per-stream 16 --rounds "${BENCH_ROUNDS:-2}" \
         --max-tokens 64 --switch-requests "${SWITCH_REQUESTS:-3072}" --switch-concurrency 16 \

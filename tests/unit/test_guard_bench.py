@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from model_overrides.spec_guard_config import GUARD_ENV
+from model_overrides.spec_guard_config import GUARD_ENV, LOG_ENV
 from serving.bench import guard_bench, workloads
 from serving.bench.command import BenchError, bench_setup, check_platform, check_workloads
 from serving.bench.machine import gpu_info
@@ -88,6 +88,41 @@ def test_the_guard_bench_targets_differ_only_in_their_guard():
     # The preset asked for the guard; the static and table targets run without it.
     assert GUARD_ENV not in specs["vllm-k0"].env and GUARD_ENV not in specs["vllm-batch"].env
     assert GUARD_ENV in environment("vllm-guard", setup, base_env={})
+
+
+def test_the_idle_drafter_target_holds_k0_with_the_drafter_and_leaves_the_log_alone():
+    args = args_of("--local", "vllm-guard", "vllm-idle-drafter", "vllm-k0", "--workloads", "zero")
+    setup = bench_setup(args)
+    base = {LOG_ENV: "/tmp/decisions.jsonl"}
+    idle = environment("vllm-idle-drafter", setup, base_env=base)
+    assert json.loads(idle[GUARD_ENV]) == {"mode": "script", "script": [0]}
+    # Only the adaptive guard writes the decision log the switch figures read.
+    assert LOG_ENV not in idle and LOG_ENV in environment("vllm-guard", setup, base_env=base)
+    specs = {s.kind: s for s in local_specs(args.local, setup)}
+    cmd = specs["vllm-idle-drafter"].command
+    spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert spec["num_speculative_tokens"] == 2  # the preset's k: vLLM's drafter is loaded
+    assert "--speculative-config" not in specs["vllm-k0"].command
+
+
+def test_the_report_prices_the_idle_drafter_beside_static_k0():
+    results = {
+        "zero": {
+            "levels": [
+                level("vllm-k0", 8, 160),
+                level("vllm-idle-drafter", 8, 144),
+                level("vllm-guard", 8, 136),
+            ]
+        }
+    }
+    (cell,) = guard_bench.analyse(results)
+    assert cell["best_static"] == "vllm-k0"  # the idle drafter is not a static k
+    assert cell["idle_drafter_vs_k0"] == pytest.approx(0.9)
+    assert cell["guard_vs_idle_drafter"] == pytest.approx(136 / 144)
+    report = {"cells": [cell], "targets_met": guard_bench.targets_met([cell], None)}
+    text = guard_bench.markdown(report)
+    assert "| idle drafter / k=0 | guard / idle drafter |" in text
+    assert "| 0.850 (vllm-k0) | - | 0.900 | 0.944 | 0 |" in text
 
 
 def level(target: str, concurrency: int, tps: float, rounds: list[float] | None = None) -> dict:
