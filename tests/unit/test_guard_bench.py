@@ -106,16 +106,8 @@ def test_the_idle_drafter_target_holds_k0_with_the_drafter_and_leaves_the_log_al
 
 
 def test_the_report_prices_the_idle_drafter_beside_static_k0():
-    results = {
-        "zero": {
-            "levels": [
-                level("vllm-k0", 8, 160),
-                level("vllm-idle-drafter", 8, 144),
-                level("vllm-guard", 8, 136),
-            ]
-        }
-    }
-    (cell,) = guard_bench.analyse(results)
+    tps = {"vllm-k0": 160, "vllm-idle-drafter": 144, "vllm-guard": 136}
+    (cell,) = guard_bench.analyse({"zero": {"levels": [level(n, 8, v) for n, v in tps.items()]}})
     assert cell["best_static"] == "vllm-k0"  # the idle drafter is not a static k
     assert cell["idle_drafter_vs_k0"] == pytest.approx(0.9)
     assert cell["guard_vs_idle_drafter"] == pytest.approx(136 / 144)
