@@ -256,10 +256,9 @@ def environment(kind: str, setup: LocalSetup, base_env: Mapping[str, str] | None
     else:
         env = {**setup.preset.engine_env(), **env}  # as `serve-vllm`: values already set win
         env.pop(GUARD_ENV, None)  # a static-k or table target runs without our guard
-        if base == "vllm-guard":
+        if base in ("vllm-guard", IDLE_DRAFTER):
             env |= guard_settings(kind, setup).engine_env()
-        elif base == IDLE_DRAFTER:  # the decision log is the guard's (the switch figures)
-            env |= guard_settings(kind, setup).engine_env()
+        if base == IDLE_DRAFTER:  # the decision log is the guard's (the switch figures)
             env.pop(LOG_ENV, None)
     if isa:
         env[FORCE_ENV] = isa

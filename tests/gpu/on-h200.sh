@@ -111,9 +111,10 @@ guard-long)
     mkdir -p "$work/bench-guard-long"
     # GUARD_TARGETS/GUARD_WORKLOADS: other targets or workloads (the 2026-12-04 run left
     # "half" out and ran a per-request trimming guard, since removed, as a sixth engine).
-    # GUARD_SETS: preset assignments without spaces, e.g. the drafter's price at k=0 (vLLM runs
-    # its first pass at any k): GUARD_TARGETS="vllm-k0 vllm-guard" GUARD_WORKLOADS=zero
-    # GUARD_SETS="speculation.guard.mode=script speculation.guard.script=[0]" SWITCH_REQUESTS=0
+    # GUARD_SETS: preset assignments without spaces (the guard target takes the preset's guard
+    # when it is adaptive: "speculation.guard.mode=adaptive speculation.guard.probe_min_steps=48").
+    # The drafter's price at k=0 (vLLM runs its first pass at any k): GUARD_TARGETS="vllm-k0
+    # vllm-k2 vllm-guard vllm-idle-drafter" GUARD_WORKLOADS="zero mixed" SWITCH_REQUESTS=0
     sets=()
     for s in ${GUARD_SETS:-}; do sets+=(--set "$s"); done
     # shellcheck disable=SC2086
