@@ -214,7 +214,7 @@ def markdown(report: dict) -> str:
         + " | guard / best static | guard / table |"
         + extra
         + " wrong text |",
-        "|---|---|" + "---|" * len(targets) + "---|---|" + "---|---|" * idle + "---|",
+        "|---|---|" + "---|" * len(targets) + "---|---|" + ("---|---|" if idle else "") + "---|",
     ]
 
     def ratio_cell(value: float | None) -> str:
