@@ -21,7 +21,7 @@ def _check(platform: str, strict: bool) -> int:
 
     variants, findings = run_check(platform)
     print(
-        f"DSV4 contract (HC state, vLLM PR #42930; SwiGLU clamp, issue 18) on "
+        f"DSV4 contract (HC state, vLLM PR #42930; SwiGLU clamp) on "
         f"{installed_vllm()}, platform {platform}"
     )
     if not variants:

@@ -1,4 +1,4 @@
-"""SwiGLU clamp semantics of DSV4's experts, read from the installed vLLM's source (issue 18).
+"""SwiGLU clamp semantics of DSV4's experts, read from the installed vLLM's source.
 
 DSV4 clamps its SwiGLU (up projection to [-limit, limit], gate to at most limit, with
 ``limit = config.swiglu_limit``) in the routed experts and the shared expert alike. The

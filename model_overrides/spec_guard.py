@@ -1,4 +1,4 @@
-"""The speculation guard's decision (issue 23), with no vLLM import: unit-testable with a
+"""The speculation guard's decision, with no vLLM import: unit-testable with a
 fake clock. ``model_overrides/patches/spec_guard.py`` puts it into vLLM's scheduler.
 
 Each scheduler step the guard picks k in 0..K, the number of drafts proposed at the end

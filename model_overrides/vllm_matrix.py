@@ -50,6 +50,7 @@ SHARED_VERDICTS = {
     "dsv4-cpu-hc-path": "not needed",
     "dsv4-cpu-chunked-prefill": "applied|not needed",  # not needed on CPUs with AMX
     "dsv4-cpu-prefix-caching": "applied|not needed",  # not needed on CPUs with AMX
+    "dsv4-cpu-indexer-last-request": "applied",
     **{
         f"dsv4-cpu-{k}": "applied"
         for k in (
@@ -70,6 +71,7 @@ SHARED_VERDICTS = {
     "pr42930-mtp-logits-owner": "not needed",
     "pr42930-mtp-hc-post-gate": "not needed",
     "adaptive-speculation-guard": "applied",
+    "dsv4-dummy-weights": "applied",
 }
 
 

@@ -1,4 +1,4 @@
-"""deepseek_v4_mtp: the adaptive speculation guard (issue 23) in vLLM's scheduler.
+"""deepseek_v4_mtp: the adaptive speculation guard in vLLM's scheduler.
 
 Where it hooks into vLLM 0.32 (``vllm/v1/core/sched/scheduler.py``):
 - ``Scheduler.__init__`` builds ``self.dynamic_sd_lookup``, vLLM's dense batch-size -> k
