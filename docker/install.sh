@@ -47,6 +47,9 @@ say "vLLM import aliases: $site/dsv4_vllm_aliases.pth"
 if ! id -u dsv4 >/dev/null 2>&1; then
   useradd --uid 1000 --create-home --shell /bin/bash dsv4
 fi
+# The JIT cache root the image's ENV points at, writable by the image's user even when no
+# volume is mounted there.
+mkdir -p /var/cache/dsv4 && chown 1000:1000 /var/cache/dsv4
 
 say "contract check for $platform"
 "$python" -m model_overrides check --strict --platform "$platform"

@@ -14,8 +14,15 @@ INGRESS_NAME = "Dsv4Ingress"  # the separate ingress deployment (serving.path: i
 DIRECT_NAME = "Dsv4Server"  # the engine-and-ingress deployment (serving.path: direct)
 
 
-def ensure_golden_model(preset: Preset, model_source: str) -> None:
-    """Write the golden checkpoint the preset asks for, or check the one there is it."""
+def ensure_model(preset: Preset, model_source: str) -> None:
+    """Write the golden or bench checkpoint the preset asks for, or check the one there
+    is it; a model of real weights is left to vLLM."""
+    if preset.model.bench:
+        from serving.bench_model.writer import ensure_bench_model
+
+        bench = preset.model.bench
+        ensure_bench_model(model_source, bench.shape, bench.layers, bench.experts)
+        return
     if not preset.model.golden:
         return
     from serving.golden import GoldenDesign, write_golden_model
@@ -42,7 +49,7 @@ def build(args: dict[str, Any]) -> Any:
 
     parsed, preset = resolve(args)
     source = resolve_model_source(preset)
-    ensure_golden_model(preset, source)
+    ensure_model(preset, source)
     config = LLMConfig(**llm_config(preset, source))
     gateway = GatewayOptions(
         metrics_port=parsed.gateway_metrics_port,

@@ -16,6 +16,9 @@ class BuildArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     preset: str = "cpu-tiny"
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="a map merged into the preset (before `set`)"
+    )
     set: list[str] = Field(default_factory=list, description="key.path=value overrides")
     override_files: list[str] = Field(default_factory=list)
     gateway_metrics_port: int | None = Field(None, ge=1, le=65535)
@@ -28,5 +31,5 @@ def resolve(args: dict[str, Any] | BuildArgs) -> tuple[BuildArgs, Preset]:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise PresetError(f"application args are invalid: {problems}") from None
-    overrides = [parse_set(item) for item in parsed.set]
+    overrides = [parsed.overrides, *(parse_set(item) for item in parsed.set)]
     return parsed, load_preset(parsed.preset, overrides, parsed.override_files)

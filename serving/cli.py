@@ -1,4 +1,4 @@
-"""dsv4-serve: the command-line entry point."""
+"""dsv4-serve: serve DeepSeek-V4 with MTP speculative decoding on vLLM and Ray Serve."""
 
 import argparse
 import os
@@ -25,6 +25,22 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
         f"golden DSV4 checkpoint written to {out} "
         f"(variant={design.variant}, draft_agreement={design.draft_agreement}, "
         f"weights={design.weight_format}, drafts={design.draft_pattern})"
+    )
+    return 0
+
+
+def _cmd_bench_model(args: argparse.Namespace) -> int:
+    from serving.bench_model import write_bench_model
+
+    try:
+        out = write_bench_model(args.out_dir, args.shape, args.layers, args.experts)
+    except (ValueError, OSError) as exc:
+        print(f"dsv4-serve bench-model: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"bench model written to {out} (DeepSeek-V4-{args.shape.capitalize()} shape, "
+        f"{args.layers} layers + MTP, {args.experts} experts, no weights: serve it with "
+        "load_format=dummy)"
     )
     return 0
 
@@ -135,10 +151,16 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def _add_preset_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "preset", nargs="?", default="cpu-tiny", help="preset name or a preset YAML path"
-    )
+def _add_preset_args(parser: argparse.ArgumentParser, default: str | None = "cpu-tiny") -> None:
+    if default is None:  # a deployment's config: no toy default
+        parser.add_argument("preset", help="preset name or a preset YAML path")
+    else:
+        parser.add_argument(
+            "preset",
+            nargs="?",
+            default=default,
+            help=f"preset name or YAML path (default {default})",
+        )
     parser.add_argument(
         "--set", action="append", metavar="KEY.PATH=VALUE", help="override one field"
     )
@@ -147,13 +169,83 @@ def _add_preset_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    """The installed distribution's version; pyproject.toml's in a checkout not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dsv4-serve")
+    except PackageNotFoundError:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            return tomllib.loads(pyproject.read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from serving.golden.design import DRAFT_PATTERNS, VARIANTS, WEIGHT_FORMATS
     from serving.golden_engine import DEFAULT_MODEL_DIR, DEFAULT_SPEC_K
 
-    parser = argparse.ArgumentParser(prog="dsv4-serve", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="dsv4-serve",
+        description=__doc__,
+        epilog="Operator commands: up, check, render-serve-config, doctor, bench. Developer "
+        "commands: golden-model, bench-model, serve-vllm, overrides, generate. Exit codes: 0 "
+        "done; 1 the command ran and found a failure (a bench target failed, generate --check "
+        "found stale files, a start failed); 2 bad input (a preset, an override, an argument), "
+        "named in one line; doctor's own codes: docs/kubernetes.md. `dsv4-serve COMMAND -h` "
+        "describes each command.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    # Operator commands first: run, check and render a preset, preflight a cluster, measure.
+    up = sub.add_parser("up", help="run a preset on local Ray Serve (default cpu-tiny)")
+    _add_preset_args(up)
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8000)
+    up.add_argument("--ray-metrics-port", type=int, default=8089, help="Ray's metrics export port")
+    up.add_argument("--gateway-metrics-port", type=int, default=None, help="default 9464")
+    up.add_argument("--num-cpus", type=int, default=None)
+    up.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Ray's, Serve's and vLLM's output too (DSV4_VERBOSE=1 does the same)",
+    )
+    up.set_defaults(func=_cmd_up)
+
+    check = sub.add_parser(
+        "check", help="validate a preset and print the resolved engine arguments"
+    )
+    _add_preset_args(check)
+    check.set_defaults(func=_cmd_check)
+
+    render = sub.add_parser("render-serve-config", help="print the Ray Serve config for a preset")
+    _add_preset_args(render, default=None)
+    render.add_argument("--host", default="0.0.0.0")
+    render.add_argument("--port", type=int, default=8000)
+    render.set_defaults(func=_cmd_render)
+
+    from serving.bench.arguments import add_arguments as add_bench_arguments
+
+    bench = sub.add_parser(
+        "bench", help="streamed load against OpenAI endpoints: latency, tok/s, MTP acceptance"
+    )
+    add_bench_arguments(bench)
+    bench.set_defaults(func=_cmd_bench)
+
+    from serving.doctor.command import add_arguments as add_doctor_arguments
+
+    doctor = sub.add_parser(
+        "doctor", help="preflight a cluster for a preset, or diagnose an installed release"
+    )
+    add_doctor_arguments(doctor)
+    doctor.set_defaults(func=_cmd_doctor)
+
+    # Developer commands: test models, vLLM's own server, the plugin table, generated files.
     golden = sub.add_parser("golden-model", help="write the golden tiny DSV4 checkpoint")
     golden.add_argument("out_dir")
     golden.add_argument("--draft-agreement", type=float, default=1.0)
@@ -181,34 +273,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     golden.set_defaults(func=_cmd_golden_model)
 
-    overrides = sub.add_parser("overrides", help="print the DSV4 override status table")
-    overrides.set_defaults(func=_cmd_overrides)
-
-    up = sub.add_parser("up", help="run a preset on local Ray Serve (default cpu-tiny)")
-    _add_preset_args(up)
-    up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--port", type=int, default=8000)
-    up.add_argument("--ray-metrics-port", type=int, default=8089, help="Ray's metrics export port")
-    up.add_argument("--gateway-metrics-port", type=int, default=None, help="default 9464")
-    up.add_argument("--num-cpus", type=int, default=None)
-    up.add_argument(
-        "--verbose",
-        action="store_true",
-        help="show Ray's, Serve's and vLLM's output too (DSV4_VERBOSE=1 does the same)",
+    bench_model = sub.add_parser(
+        "bench-model",
+        help="write a config-only DSV4 checkpoint with the released layer shapes (no weights)",
     )
-    up.set_defaults(func=_cmd_up)
-
-    check = sub.add_parser(
-        "check", help="validate a preset and print the resolved engine arguments"
+    bench_model.add_argument("out_dir")
+    bench_model.add_argument(
+        "--shape", choices=("flash", "pro"), default="flash", help="whose released config"
     )
-    _add_preset_args(check)
-    check.set_defaults(func=_cmd_check)
-
-    render = sub.add_parser("render-serve-config", help="print the Ray Serve config for a preset")
-    _add_preset_args(render)
-    render.add_argument("--host", default="0.0.0.0")
-    render.add_argument("--port", type=int, default=8000)
-    render.set_defaults(func=_cmd_render)
+    bench_model.add_argument(
+        "--layers", type=int, default=12, help="decoder layers (the released model's first ones)"
+    )
+    bench_model.add_argument(
+        "--experts", choices=("fp4", "fp8"), default="fp4", help="routed experts' format"
+    )
+    bench_model.set_defaults(func=_cmd_bench_model)
 
     serve_vllm = sub.add_parser("serve-vllm", help="vLLM's own OpenAI server on the golden model")
     serve_vllm.add_argument("--model-dir", default=str(DEFAULT_MODEL_DIR))
@@ -219,21 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve_vllm.set_defaults(func=_cmd_serve_vllm)
 
-    from serving.bench.arguments import add_arguments as add_bench_arguments
-
-    bench = sub.add_parser(
-        "bench", help="streamed load against OpenAI endpoints: latency, tok/s, MTP acceptance"
-    )
-    add_bench_arguments(bench)
-    bench.set_defaults(func=_cmd_bench)
-
-    from serving.doctor.command import add_arguments as add_doctor_arguments
-
-    doctor = sub.add_parser(
-        "doctor", help="preflight a cluster for a preset, or diagnose an installed release"
-    )
-    add_doctor_arguments(doctor)
-    doctor.set_defaults(func=_cmd_doctor)
+    overrides = sub.add_parser("overrides", help="print the DSV4 override status table")
+    overrides.set_defaults(func=_cmd_overrides)
 
     generate = sub.add_parser(
         "generate",

@@ -19,7 +19,12 @@ def resolve_model_source(preset: Preset, base_dir: Path | None = None) -> str:
     """A local relative path becomes absolute (replicas do not share our cwd)."""
     source = preset.model.source
     candidate = (base_dir or Path.cwd()) / source
-    if preset.model.golden or source.startswith((".", "/")) or candidate.exists():
+    if (
+        preset.model.golden
+        or preset.model.bench
+        or source.startswith((".", "/"))
+        or candidate.exists()
+    ):
         return str(candidate.resolve())
     return source
 

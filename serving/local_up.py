@@ -180,23 +180,25 @@ class LocalRun:
                 self.console.warn(f"{what} port {port} is in use by {port_holder(port)}")
 
     def write_model(self, preset: Any) -> None:
-        from serving.app import ensure_golden_model
+        from serving.app import ensure_model
         from serving.llm_config import resolve_model_source
 
         source = Path(resolve_model_source(preset))
-        if not preset.model.golden:
+        kind = preset.model.written
+        if kind is None:
             self.console.say(f"model {preset.model.id!r} from {preset.model.source}")
             return
         if (source / "config.json").exists():
-            self.console.say(f"golden model at {_shown(source)}")
+            ensure_model(preset, str(source))  # a bench model of another shape stops here
+            self.console.say(f"{kind} model at {_shown(source)}")
             return
         started = time.monotonic()
-        self.console.step("model write", f"the golden DSV4 checkpoint to {_shown(source)}")
+        self.console.step("model write", f"the {kind} DSV4 checkpoint to {_shown(source)}")
         try:
-            ensure_golden_model(preset, str(source))
+            ensure_model(preset, str(source))
         except Exception as exc:  # OSError, or safetensors' own error around one
             self.console.end_step()
-            why = f"cannot write the golden model: {' '.join(str(exc).split())}"
+            why = f"cannot write the {kind} model: {' '.join(str(exc).split())}"
             raise StartFailed(Cause("model path not writable", why)) from exc
         files = sorted(source.glob("*.safetensors"))
         gb = _size(source) / 1e9

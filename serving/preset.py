@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from model_overrides.engine_status import WORKER_EXTENSION
 from model_overrides.spec_guard_config import GuardSettings
+from serving.bench_model.shapes import released_layers
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 GPUS_PER_NODE = {"H200": 8, "B200": 8, "GB300": 4, "MI300X": 8, "MI355X": 8}
@@ -28,6 +29,27 @@ class PresetError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BenchModel(_Strict):
+    """A bench model (serving/bench_model): DeepSeek-V4's released layer shapes with fewer
+    layers and no weights, served with vLLM's dummy loader; written at ``model.source``."""
+
+    shape: Literal["flash", "pro"] = Field(description="whose released config: V4-Flash or V4-Pro")
+    layers: int = Field(
+        ge=3,
+        description="decoder layers (the released model's first ones; at least its 3 hash layers)",
+    )
+    experts: Literal["fp4", "fp8"] = Field(
+        "fp4", description="routed experts' format: fp4 as released, or fp8"
+    )
+
+    @model_validator(mode="after")
+    def _within_release(self) -> BenchModel:
+        most = released_layers(self.shape)
+        if self.layers > most:
+            raise ValueError(f"layers {self.layers}: the released {self.shape} has {most}")
+        return self
 
 
 class ModelSpec(_Strict):
@@ -43,6 +65,69 @@ class ModelSpec(_Strict):
     size_gb: float | None = Field(
         None, gt=0, description="weights on disk in GB (10^9 bytes): what the volume must hold"
     )
+    bench: BenchModel | None = Field(
+        None,
+        description="a bench model: released layer shapes, no weights (vLLM's dummy loader), "
+        "written at `source` if missing; for measuring cost, never for serving users",
+    )
+
+    @property
+    def written(self) -> Literal["golden", "bench"] | None:
+        """Which checkpoint this project writes at ``source`` (None: real weights)."""
+        return "golden" if self.golden else "bench" if self.bench else None
+
+    @model_validator(mode="after")
+    def _one_synthetic_kind(self) -> ModelSpec:
+        if self.golden and self.bench:
+            raise ValueError("a model is golden or a bench model, not both")
+        return self
+
+
+class SyntheticAcceptance(_Strict):
+    """Made-up MTP acceptance through vLLM's synthetic rejection sampler
+    (``rejection_sample_method: synthetic``, vllm/config/speculative.py): drafts are
+    accepted at these rates whatever they say. Only bench models take it."""
+
+    rates: list[float] | None = Field(
+        None,
+        min_length=1,
+        max_length=8,
+        description="per draft position, unconditional (position i: the chance that the "
+        "first i+1 drafts are all accepted), non-increasing, each in [0, 1]",
+    )
+    length: float | None = Field(
+        None,
+        ge=1,
+        description="mean acceptance length, the target's own token counted; vLLM makes it "
+        "the least-variance schedule (first drafts always accepted, the rest never)",
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SyntheticAcceptance:
+        if (self.rates is None) == (self.length is None):
+            raise ValueError("give exactly one of rates or length")
+        rates = self.rates or []
+        if any(not 0 <= r <= 1 for r in rates):
+            raise ValueError(f"rates must each be in [0, 1], got {rates}")
+        if any(b > a for a, b in zip(rates, rates[1:], strict=False)):
+            raise ValueError(f"rates must not increase with the position, got {rates}")
+        return self
+
+    def for_k(self, k: int) -> dict[str, Any]:
+        """vLLM's speculative-config fields for ``k`` draft tokens."""
+        if self.rates is not None:
+            if k > len(self.rates):
+                raise ValueError(
+                    f"k={k} drafts but synthetic_acceptance.rates has {len(self.rates)}"
+                )
+            return {
+                "rejection_sample_method": "synthetic",
+                "synthetic_acceptance_rates": self.rates[:k],
+            }
+        assert self.length is not None
+        if self.length > k + 1:
+            raise ValueError(f"synthetic_acceptance.length {self.length} exceeds k + 1 = {k + 1}")
+        return {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": self.length}
 
 
 class Speculation(_Strict):
@@ -56,6 +141,11 @@ class Speculation(_Strict):
         description="off: static k; batch: vLLM's batch-size table; adaptive: k per step "
         "from live acceptance and measured step cost (model_overrides/spec_guard.py)",
     )
+    synthetic_acceptance: SyntheticAcceptance | None = Field(
+        None,
+        description="bench models only: drafts accepted at made-up rates (vLLM's synthetic "
+        "rejection sampler), since a model without weights drafts nothing right",
+    )
 
     @model_validator(mode="after")
     def _k_matches_method(self) -> Speculation:
@@ -68,7 +158,15 @@ class Speculation(_Strict):
         if self.method == "none" and self.guard.mode != "off":
             raise ValueError(f"guard mode {self.guard.mode!r} needs a speculative method")
         self.guard.check_k(self.num_speculative_tokens)
+        if self.synthetic_acceptance:
+            if self.method == "none":
+                raise ValueError("synthetic_acceptance needs a speculative method")
+            self.synthetic_acceptance.for_k(self.num_speculative_tokens)
         return self
+
+    def synthetic_for(self, k: int) -> dict[str, Any]:
+        """The synthetic-acceptance fields of vLLM's speculative config at ``k`` drafts."""
+        return self.synthetic_acceptance.for_k(k) if self.synthetic_acceptance and k else {}
 
     def vllm_config(self, max_num_seqs: int | None = None) -> dict[str, Any] | None:
         """vLLM's ``speculative_config``; ``max_num_seqs`` places the adaptive guard's
@@ -81,6 +179,7 @@ class Speculation(_Strict):
         }
         if self.draft_sample_method:
             out["draft_sample_method"] = self.draft_sample_method
+        out |= self.synthetic_for(self.num_speculative_tokens)
         if self.guard.mode == "batch":
             out["num_speculative_tokens_per_batch_size"] = [
                 list(entry) for entry in self.guard.batch_table or []
@@ -313,6 +412,16 @@ class Preset(_Strict):
                 "engine_args.max_num_seqs: the guard's table places a CUDA graph for "
                 "every k below it (GuardSettings.graph_table)"
             )
+        if self.speculation.synthetic_acceptance and not self.model.bench:
+            raise ValueError(
+                "speculation.synthetic_acceptance needs a bench model (model.bench): a "
+                "deployment of real weights must report the acceptance its drafts earn"
+            )
+        if self.model.bench and self.engine_args.get("load_format", "dummy") != "dummy":
+            raise ValueError(
+                f"a bench model has no weights: engine_args.load_format must be 'dummy' "
+                f"(or unset), got {self.engine_args['load_format']!r}"
+            )
         reserved = {"speculative_config", "tensor_parallel_size", "pipeline_parallel_size", "model"}
         clash = reserved & set(self.engine_args)
         if clash:
@@ -336,6 +445,8 @@ class Preset(_Strict):
     def engine_kwargs(self) -> dict[str, Any]:
         """The resolved vLLM engine arguments (what `dsv4-serve check` prints)."""
         kwargs: dict[str, Any] = dict(self.engine_args)
+        if self.model.bench:  # weights made up by vLLM's dummy loader
+            kwargs["load_format"] = "dummy"
         if self.model.tokenizer_mode:
             kwargs.setdefault("tokenizer_mode", self.model.tokenizer_mode)
         par = self.parallelism

@@ -104,13 +104,16 @@ def _interrupt(signum, frame) -> None:
 
 
 def _ensure_model(setup: LocalSetup) -> None:
-    """Write the golden checkpoint before any target starts (they would race to)."""
-    from serving.app import ensure_golden_model
+    """Write the golden or bench checkpoint before any target starts (they would race to)."""
+    from serving.app import ensure_model
 
-    if setup.preset.model.golden:
+    if kind := setup.preset.model.written:
         started = time.monotonic()
-        ensure_golden_model(setup.preset, setup.model_dir)
-        _progress(f"golden model at {setup.model_dir} ({time.monotonic() - started:.1f} s)")
+        try:
+            ensure_model(setup.preset, setup.model_dir)
+        except ValueError as exc:  # a checkpoint of another design or shape is there
+            raise BenchError(str(exc)) from None
+        _progress(f"{kind} model at {setup.model_dir} ({time.monotonic() - started:.1f} s)")
 
 
 def check_platform(args: argparse.Namespace, setup: LocalSetup | None) -> None:

@@ -1,4 +1,4 @@
-"""The prefix-routing workload (issue 25): conversations that share a long system
+"""The prefix-routing workload: conversations that share a long system
 prompt and grow turn by turn, mixed with unrelated one-turn prompts, played against an
 OpenAI chat endpoint with the ``openai`` client.
 

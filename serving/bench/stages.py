@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 # Display order and labels; `replica` holds the engine's stages, `engine_init` holds
-# `compile` and `cuda_graphs`.
+# `compile`, `jit_warmup` and `cuda_graphs`.
 STAGES = {
     "ray": "Ray",
     "serve": "Serve",
@@ -25,6 +25,7 @@ STAGES = {
     "weights": "weights",
     "engine_init": "engine init",
     "compile": "torch.compile",
+    "jit_warmup": "JIT kernel warm-up",
     "cuda_graphs": "CUDA graphs",
 }
 _NUMBER = r"(\d+(?:\.\d+)?)"
@@ -38,6 +39,9 @@ _LINES = {
     ),
     "compile": re.compile(rf"init engine \(.*\) took [\d.]+ s \(compilation: {_NUMBER} s"),
     "cuda_graphs": re.compile(rf"Graph capturing finished in {_NUMBER} secs"),
+    # vLLM's own JIT kernel warm-up (model_executor/warmup/kernel_warmup.py): TileLang, Triton
+    # and DeepGEMM keys compiled before serving; minutes on a fresh machine at real width.
+    "jit_warmup": re.compile(rf"JIT kernel warmup finished in {_NUMBER}s"),
 }
 
 

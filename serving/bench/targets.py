@@ -111,6 +111,10 @@ class LocalSetup:
             "monitoring_draft_cost_ratio": self.preset.monitoring.draft_cost_ratio,
             "ray_metrics_interval_ms": self.ray_metrics_interval_ms,
             "golden_model": golden_shape() if self.preset.model.golden else None,
+            "bench_model": bench_shape(self.preset) if self.preset.model.bench else None,
+            "synthetic_acceptance": synthetic.model_dump(exclude_none=True)
+            if (synthetic := self.preset.speculation.synthetic_acceptance)
+            else None,
         }
 
 
@@ -126,6 +130,18 @@ def golden_shape() -> dict:
         "routed_experts": config["n_routed_experts"],
         "expert_width": config["moe_intermediate_size"],
     }
+
+
+def bench_shape(preset: Preset) -> dict:
+    """A bench model's shape (the report's model line)."""
+    from serving.bench_model.shapes import MARKER, bench_config
+
+    bench = preset.model.bench
+    assert bench is not None
+    config = bench_config(bench.shape, bench.layers, bench.experts)
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "n_routed_experts")
+    keys += ("moe_intermediate_size", "expert_dtype", "compress_ratios")
+    return {**config[MARKER], **{k: config[k] for k in keys}}
 
 
 def budget_sets(preset: Preset, engines: int, kv_cache_gib: float) -> list[str]:
@@ -187,8 +203,14 @@ def check_kind(kind: str, setup: LocalSetup) -> None:
     if not (_VLLM_KIND.fullmatch(base) or base in RAY_APP_VARIANTS or base in GUARD_KINDS):
         known = ", ".join([*GUARD_KINDS, *RAY_APP_VARIANTS])
         raise ValueError(f"unknown local target {kind!r}: use vllm-k0..vllm-k8, {known}")
-    if base in GUARD_KINDS and not setup.preset.speculation.num_speculative_tokens:
+    spec = setup.preset.speculation
+    if base in GUARD_KINDS and not spec.num_speculative_tokens:
         raise ValueError(f"{kind!r} needs a preset with speculation (num_speculative_tokens)")
+    if (match := _VLLM_KIND.fullmatch(base)) and spec.synthetic_acceptance:
+        try:
+            spec.synthetic_for(int(match.group(1)))
+        except ValueError as exc:
+            raise ValueError(f"{kind!r}: {exc}") from None
     if isa and setup.on_gpu:
         raise ValueError(
             f"{kind!r}: a CPU kernel library (@{isa}) on the {setup.preset.name} preset, "
@@ -205,6 +227,7 @@ def vllm_kwargs(setup: LocalSetup, k: int, batch_table: object = None) -> dict:
     kwargs.pop("speculative_config", None)
     kwargs.update(model=setup.model_dir, served_model_name=setup.preset.model.id)
     if spec := mtp_config(k):
+        spec |= setup.preset.speculation.synthetic_for(k)
         if batch_table:
             spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in batch_table]
         kwargs["speculative_config"] = spec

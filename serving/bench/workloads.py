@@ -1,4 +1,4 @@
-"""Designed-acceptance workloads on the golden families checkpoint (issue 23): prompts
+"""Designed-acceptance workloads on the golden families checkpoint: prompts
 whose MTP drafts are always right (``high``), right on half the first drafts (``half``),
 never right (``zero``), or high and zero in turn (``mixed``); ``switch`` is high, then
 zero, then high again, in request order. The expected text of every prompt is known."""

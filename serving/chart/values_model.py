@@ -27,9 +27,14 @@ class _Strict(BaseModel):
 
 
 class Serve(_Strict):
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="preset overrides as a map merged into the preset (nested as the "
+        "preset's YAML), before serve.set",
+    )
     set: list[str] = Field(
         default_factory=list,
-        description="preset overrides, key.path=value, as `dsv4-serve --set`",
+        description="preset overrides, key.path=value, as `dsv4-serve --set` (after overrides)",
     )
     port: int = Field(8000, ge=1, le=65535, description="Ray Serve HTTP port (the API)")
     routing: Literal["", "default", "prefix"] = Field(
@@ -154,6 +159,31 @@ class LocalCache(_Strict):
     )
 
 
+class JitCachePvc(_Strict):
+    existingClaim: str = Field("", description='a claim of your own; "": the chart creates one')
+    size: Quantity = "100Gi"
+    storageClassName: str = ""
+    accessModes: list[Literal["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"]] = Field(
+        default_factory=lambda: ["ReadWriteMany"], min_length=1
+    )
+
+
+class JitCache(_Strict):
+    type: Literal["pvc", "hostPath", "emptyDir"] = Field(
+        "pvc",
+        description="pvc: one claim every worker shares, kept across releases; hostPath: per "
+        "node (needs a namespace that allows hostPath); emptyDir: per pod, lost with it",
+    )
+    mountPath: str = Field("/var/cache/dsv4", pattern=r"^/")
+    hostPath: str = Field("/mnt/dsv4-jit-cache", pattern=r"^/")
+    prepare: Literal["chown", "none"] = Field(
+        "chown",
+        description="hostPath only. chown: a root init container (CAP_CHOWN only) hands the "
+        "directory to securityContext.runAsUser; none: it exists on every node, owned by it",
+    )
+    pvc: JitCachePvc = JitCachePvc()
+
+
 class Model(_Strict):
     mountPath: str = Field("/models", pattern=r"^/")
     path: str = Field("", description="weights directory; default mountPath/<model source>")
@@ -269,7 +299,22 @@ class Dashboard(_Strict):
     namespace: str = Field("", description="where the Grafana sidecar looks; default: release")
 
 
+class Alerts(_Strict):
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="labels every alert carries (routing in Alertmanager), replacing the rules' "
+        "own except severity",
+    )
+    runbookBaseUrl: str = Field(
+        "",
+        pattern=r"^(https?://\S+)?$",
+        description='where the runbooks live (each alert keeps its #anchor); "": this '
+        "project's docs/monitoring.md",
+    )
+
+
 class Monitoring(_Strict):
+    alerts: Alerts = Alerts()
     podMonitor: Switch = Switch()
     serviceMonitor: Switch = Switch(enabled=False)
     prometheusRule: Switch = Switch()
@@ -302,6 +347,7 @@ class ChartValues(_Strict):
     hostIPC: bool = False
     scheduling: Scheduling = Scheduling()
     model: Model = Model()
+    jitCache: JitCache = JitCache()
     probes: Probes = Probes()
     terminationGracePeriodSeconds: int = Field(120, ge=0)
     service: ApiService = ApiService()

@@ -1,4 +1,4 @@
-"""Preflight: the volume the workers load the weights from."""
+"""Preflight: the volume the workers load the weights from, and the JIT cache's."""
 
 from __future__ import annotations
 
@@ -204,8 +204,75 @@ def check_filling(ctx: PreflightContext) -> Iterator[Finding]:
         )
 
 
+# What a start without kept kernels costs, measured (docs/benchmarks.md, real width).
+COLD_START = "on a fresh H200 at V4-Flash width vLLM's JIT kernel warm-up alone took 499 s"
+
+
+def check_jit_cache(ctx: PreflightContext) -> Finding:
+    """jitCache (serving/jit_cache.py): a volume that outlives the pod, and one the pods on
+    several nodes can all mount."""
+    if not ctx.plan.objects:
+        return ok("JIT cache not checked: the chart was not rendered")
+    ns = ctx.plan.namespace
+    volumes = ctx.plan.workers.spec.get("volumes") or []
+    volume = next((v for v in volumes if v.get("name") == "jit-cache"), None)
+    if volume is None or "emptyDir" in volume:
+        return warn(
+            "the JIT cache is the pod's own (jitCache.type emptyDir): every new pod compiles "
+            f"its kernels again ({COLD_START})",
+            "set jitCache.type pvc (a ReadWriteMany claim the pods share) or hostPath",
+        )
+    if "hostPath" in volume:
+        path = dig(volume, "hostPath", "path")
+        return ok(f"JIT cache on each node's {path} (hostPath: the namespace must allow it)")
+    claim = dig(volume, "persistentVolumeClaim", "claimName")
+    rendered = next(
+        (
+            o
+            for o in ctx.plan.objects
+            if o.get("kind") == "PersistentVolumeClaim" and name(o) == claim
+        ),
+        None,
+    )
+    if rendered is None:  # jitCache.pvc.existingClaim
+        existing = ctx.cluster.get(kinds.PVC, claim, ns)
+        if existing is None:
+            return fail(
+                f"jitCache.pvc.existingClaim {claim} does not exist in {ns}",
+                f"create it (ReadWriteMany) or fix the name; kubectl -n {ns} get pvc",
+            )
+        modes = dig(existing, "status", "accessModes") or dig(existing, "spec", "accessModes") or []
+        if not {"ReadWriteMany"} & set(modes) and _multi_node(ctx):
+            return fail(
+                f"JIT cache claim {claim} is {', '.join(modes) or 'of unknown mode'}: the head "
+                "and workers on several nodes cannot all mount it",
+                "use a ReadWriteMany claim, or jitCache.type hostPath",
+            )
+        return ok(f"JIT cache on claim {claim} ({', '.join(modes)})")
+    wanted = dig(rendered, "spec", "storageClassName")
+    classes = ctx.cluster.list(kinds.STORAGE_CLASS)
+    chosen = next((c for c in classes if name(c) == wanted), None) if wanted else None
+    if chosen is None and not wanted:
+        chosen = next((c for c in classes if _is_default(c)), None)
+    if chosen is None:
+        return fail(
+            f"no StorageClass for the JIT cache claim {claim} "
+            f"({wanted or 'no default class'}): it would stay Pending",
+            "set jitCache.pvc.storageClassName to a ReadWriteMany class, or jitCache.type hostPath",
+        )
+    if rwx_support(chosen.get("provisioner", "")) is False and _multi_node(ctx):
+        return fail(
+            f"StorageClass {name(chosen)} gives volumes one node can mount: the JIT cache "
+            f"claim {claim} asks for ReadWriteMany and would stay Pending",
+            "set jitCache.pvc.storageClassName to a shared file system class, or "
+            "jitCache.type hostPath",
+        )
+    return ok(f"JIT cache on a new claim {claim} of StorageClass {name(chosen)}")
+
+
 CHECKS = [
     Check("storage.volume", "Storage", check_volume),
+    Check("storage.jit-cache", "Storage", check_jit_cache),
     Check("storage.capacity", "Storage", check_capacity),
     Check("storage.filling", "Storage", check_filling),
 ]

@@ -234,7 +234,12 @@ def plan_from_objects(
     workers.min_replicas = int(group.get("minReplicas", group.get("replicas", 1)))
     workers.max_replicas = int(group.get("maxReplicas", workers.min_replicas))
     claim = _claim_name(workers.spec) or ""
-    pvcs = [o for o in objects if o.get("kind") == "PersistentVolumeClaim"]
+    # The weights' claim, not the JIT cache's (jitCache: its own claim and volume).
+    pvcs = [
+        o
+        for o in objects
+        if o.get("kind") == "PersistentVolumeClaim" and dig(o, "metadata", "name") == claim
+    ]
     if pvcs:
         pvc = pvcs[0]
         storage = StoragePlan(
@@ -251,7 +256,10 @@ def plan_from_objects(
     for job in (o for o in objects if o.get("kind") == "Job"):
         if dig(job, "metadata", "labels", "app.kubernetes.io/component") == "model-download":
             download = pod_plan("download", dig(job, "spec", "template", "spec"), None)
-    local_cache = any(v.get("hostPath") for v in workers.spec.get("volumes") or [])
+    local_cache = any(
+        v.get("hostPath") and v.get("name") == "model-cache"
+        for v in workers.spec.get("volumes") or []
+    )
     return Plan(
         release=release,
         namespace=namespace,

@@ -40,6 +40,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from serving.bench_model.shapes import RELEASE_QUANTIZATION
+
 Tensors = dict[str, torch.Tensor]
 
 BLOCK = 128
@@ -48,14 +50,6 @@ FP8_MAX = torch.finfo(FP8).max
 # Floor for a block's absolute maximum (as DeepSeek's and DeepGEMM's quantizers): an
 # all-zero block gets a finite power-of-two scale and quantizes to zeros.
 _AMAX_FLOOR = 1e-4
-# As DeepSeek-V4's own config.json carries it.
-QUANTIZATION_CONFIG: dict[str, Any] = {
-    "activation_scheme": "dynamic",
-    "fmt": "e4m3",
-    "quant_method": "fp8",
-    "scale_fmt": "ue8m0",
-    "weight_block_size": [BLOCK, BLOCK],
-}
 _QUANTIZED = re.compile(
     r"\.(attn\.(wq_a|wkv|wq_b|wo_a|wo_b)|attn\.indexer\.wq_b"
     r"|ffn\.shared_experts\.w[123]|ffn\.experts\.\d+\.w[123]|e_proj|h_proj)\.weight$"
@@ -79,7 +73,7 @@ def fp8_config(cfg: dict[str, Any]) -> dict[str, Any]:
         "moe_intermediate_size": _round_up(cfg["moe_intermediate_size"]),
         "o_lora_rank": _round_up(cfg["o_lora_rank"]),
         "expert_dtype": "fp8",
-        "quantization_config": dict(QUANTIZATION_CONFIG),
+        "quantization_config": dict(RELEASE_QUANTIZATION),
     }
 
 

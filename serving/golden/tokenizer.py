@@ -18,9 +18,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(design: GoldenDesign) -> Tokenizer:
+def build_tokenizer(design: GoldenDesign, words: list[str] | None = None) -> Tokenizer:
+    """The golden vocabulary, and ``words`` after it (a bench model's larger vocabulary)."""
     vocab = {
-        tok if tok in SPECIAL_TOKENS else _SPACE + tok: i for i, tok in enumerate(design.vocab)
+        tok if tok in SPECIAL_TOKENS else _SPACE + tok: i
+        for i, tok in enumerate([*design.vocab, *(words or [])])
     }
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL_TOKENS[UNK_ID]))
     tok.normalizer = normalizers.Lowercase()
@@ -30,8 +32,13 @@ def build_tokenizer(design: GoldenDesign) -> Tokenizer:
     return tok
 
 
-def write_tokenizer(design: GoldenDesign, out_dir: Path) -> None:
-    build_tokenizer(design).save(str(out_dir / "tokenizer.json"))
+def write_tokenizer(
+    design: GoldenDesign,
+    out_dir: Path,
+    words: list[str] | None = None,
+    max_length: int = 4096,
+) -> None:
+    build_tokenizer(design, words).save(str(out_dir / "tokenizer.json"))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": SPECIAL_TOKENS[BOS_ID],
@@ -39,7 +46,7 @@ def write_tokenizer(design: GoldenDesign, out_dir: Path) -> None:
         "pad_token": SPECIAL_TOKENS[PAD_ID],
         "unk_token": SPECIAL_TOKENS[UNK_ID],
         "add_bos_token": False,
-        "model_max_length": 4096,
+        "model_max_length": max_length,
         "chat_template": CHAT_TEMPLATE,
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True))

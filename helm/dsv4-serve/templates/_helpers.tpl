@@ -140,6 +140,10 @@ applications:
     import_path: serving.app:build
     args:
       preset: {{ .Values.preset | quote }}
+      {{- with .Values.serve.overrides }}
+      overrides:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       set:
         {{- range $set }}
         - {{ . | quote }}
@@ -190,6 +194,21 @@ HAProxy's included (ray/serve/_private/constants.py defaults). */}}
 {{- if or (eq $key $prefix) (hasPrefix (printf "%s." $prefix) $key) }}
 {{- fail (printf "serve.set[%d] %q: the chart sets %s itself; %s" $i $item $prefix $hint) }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- /* The same keys in serve.overrides: walk each owned path down the map. */}}
+{{- range $prefix, $hint := $owned }}
+{{- $node := $.Values.serve.overrides }}
+{{- $found := true }}
+{{- range $part := splitList "." $prefix }}
+{{- if and $found (kindIs "map" $node) (hasKey $node $part) }}
+{{- $node = get $node $part }}
+{{- else }}
+{{- $found = false }}
+{{- end }}
+{{- end }}
+{{- if $found }}
+{{- fail (printf "serve.overrides.%s: the chart sets %s itself; %s" $prefix $prefix $hint) }}
 {{- end }}
 {{- end }}
 {{- $row := include "dsv4.preset" . | fromYaml }}

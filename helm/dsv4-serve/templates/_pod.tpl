@@ -66,6 +66,10 @@ env:
   {{- end }}
   - {name: DSV4_GATEWAY_METRICS_PORT, value: {{ $.Values.monitoring.gatewayMetricsPort | quote }}}
   - {name: HF_HUB_OFFLINE, value: "1"}
+  # Every JIT and compile cache on the jitCache volume (serving/jit_cache.py).
+  {{- range $name, $dir := $.Files.Get "files/jit-cache-dirs.yaml" | fromYaml }}
+  - {name: {{ $name }}, value: {{ printf "%s/%s" (trimSuffix "/" $.Values.jitCache.mountPath) $dir | quote }}}
+  {{- end }}
   # Read by Ray 2.60 (ray/serve/_private/constants.py, DEFAULT_HTTP_HOST); the Serve config
   # sets http_options.host as well.
   - {name: RAY_SERVE_DEFAULT_HTTP_HOST, value: "0.0.0.0"}
@@ -101,6 +105,7 @@ volumeMounts:
   {{- if $.Values.model.localCache.enabled }}
   - {name: model-cache, mountPath: /model-cache, readOnly: true}
   {{- end }}
+  - {name: jit-cache, mountPath: {{ $.Values.jitCache.mountPath | quote }}}
 {{- end }}
 
 {{- define "dsv4.volumes" -}}
@@ -115,4 +120,36 @@ volumeMounts:
   {{- /* kubelet creates a missing hostPath root-owned (0755); prepare=chown fixes the owner. */}}
   hostPath: {path: {{ .Values.model.localCache.hostPath }}, type: {{ ternary "DirectoryOrCreate" "Directory" (eq .Values.model.localCache.prepare "chown") }}}
 {{- end }}
+- name: jit-cache
+  {{- with .Values.jitCache }}
+  {{- if eq .type "pvc" }}
+  persistentVolumeClaim: {claimName: {{ include "dsv4.jitCacheClaim" $ }}}
+  {{- else if eq .type "hostPath" }}
+  hostPath: {path: {{ .hostPath }}, type: {{ ternary "DirectoryOrCreate" "Directory" (eq .prepare "chown") }}}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
+  {{- end }}
+{{- end }}
+
+{{- define "dsv4.jitCacheClaim" -}}
+{{- .Values.jitCache.pvc.existingClaim | default (printf "%s-jit-cache" (include "dsv4.fullname" .)) }}
+{{- end }}
+
+{{/* The JIT cache's hostPath handed to the pods' user, as the node weights cache's: kubelet
+creates a missing one root-owned and fsGroup does not apply to hostPath. Root with CAP_CHOWN
+only. Head and workers both mount the cache (they share the container settings). */}}
+{{- define "dsv4.prepareJitCache" -}}
+- name: prepare-jit-cache
+  image: {{ include "dsv4.image" . }}
+  command: ["/bin/sh", "-c", "chown \"$OWNER\" /jit-cache && echo \"JIT cache owned by $OWNER\""]
+  env:
+    - {name: OWNER, value: {{ printf "%d:%d" (int .Values.securityContext.runAsUser) (int .Values.securityContext.runAsGroup) | quote }}}
+  volumeMounts: [{name: jit-cache, mountPath: /jit-cache}]
+  securityContext:
+    runAsUser: 0
+    runAsGroup: 0
+    runAsNonRoot: false
+    allowPrivilegeEscalation: false
+    capabilities: {drop: [ALL], add: [CHOWN]}
 {{- end }}

@@ -1,6 +1,6 @@
 """`make deps`' install step: pip quiet, its full log in a file, one progress line, a summary.
 
-    python -m serving.install_progress --log .cache/logs/pip-install.log -- -r LOCK ...
+    python -m tools.install_progress --log .cache/logs/pip-install.log -- -r LOCK ...
 
 Runs before anything is installed, so the standard library only. pip's own switches do
 the splitting: ``--quiet`` keeps its per-package lines off the console and ``--log``

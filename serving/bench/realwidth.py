@@ -1,0 +1,174 @@
+"""Real-width figures from bench reports of one bench model at two or more depths.
+
+Each report is ``dsv4-serve bench`` over ``vllm-k0..kK`` on a bench model (released layer
+shapes, N layers). A decode step's time is TPOT x the mean tokens a step yields (the
+acceptance length), so per target, concurrency and depth there is one step time; over the
+depths it is fitted as ``fixed + layers x per_layer`` and extrapolated to the released
+depth. Beside it: the bytes the step must read at the released depth over HBM bandwidth
+(serving/bench/decode_bytes.py), and the acceptance length at which each k breaks even
+with k = 0 (k's step time over k = 0's, both extrapolated).
+
+    python -m serving.bench.realwidth OUT_DIR REPORT.json REPORT.json [...]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from serving.bench.analysis import level
+from serving.bench.decode_bytes import H200_HBM_BYTES_PER_S, step_bytes
+from serving.bench_model.shapes import RELEASED
+
+_K = re.compile(r"vllm-k(\d+)")
+
+
+def step_seconds(entry: dict) -> float | None:
+    """Seconds per decode step: TPOT p50 x tokens per step (1 without drafts)."""
+    tpot = (entry.get("tpot_s") or {}).get("p50")
+    if not tpot:
+        return None
+    spec = entry.get("spec_decode") or {}
+    return tpot * (spec.get("acceptance_length") or 1.0)
+
+
+def _depth(report: dict) -> int:
+    bench = (report.get("setup") or {}).get("bench_model")
+    if not bench:
+        raise ValueError("not a bench-model report (setup.bench_model is missing)")
+    return int(bench["layers"])
+
+
+def linear_fit(points: dict[int, float]) -> tuple[float, float]:
+    """Least squares ``y = a + b x``; (a, b)."""
+    xs = sorted(points)
+    if len(xs) < 2:
+        raise ValueError("a fit needs two depths")
+    mx = sum(xs) / len(xs)
+    my = sum(points[x] for x in xs) / len(xs)
+    b = sum((x - mx) * (points[x] - my) for x in xs) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def analyse(reports: list[dict]) -> dict[str, Any]:
+    by_depth = {_depth(r): r for r in reports}
+    any_report = next(iter(by_depth.values()))
+    shape = any_report["setup"]["bench_model"]["shape"]
+    released = RELEASED[shape]
+    full = released["num_hidden_layers"]
+    context = None
+    rows = []
+    targets = sorted(
+        {t for r in reports for t in r["targets"] if _K.fullmatch(t)},
+        key=lambda t: int(_K.fullmatch(t).group(1)),  # type: ignore[union-attr]
+    )
+    concurrency = sorted({c for r in reports for c in r["plan"]["concurrency"]})
+    for target in targets:
+        k = int(_K.fullmatch(target).group(1))  # type: ignore[union-attr]
+        for c in concurrency:
+            measured: dict[int, dict] = {}
+            for depth, report in by_depth.items():
+                entry = level(report, target, c)
+                if entry and (step := step_seconds(entry)):
+                    spec = entry.get("spec_decode") or {}
+                    measured[depth] = {
+                        "step_s": step,
+                        "tpot_s": entry["tpot_s"]["p50"],
+                        "ttft_s": entry["ttft_s"]["p50"],
+                        "tokens_per_s": entry["output_tokens_per_s"],
+                        "acceptance_length": spec.get("acceptance_length") or 1.0,
+                    }
+            if not measured:
+                continue
+            row: dict[str, Any] = {"target": target, "k": k, "concurrency": c}
+            row["measured"] = {str(d): m for d, m in sorted(measured.items())}
+            length = sum(m["acceptance_length"] for m in measured.values()) / len(measured)
+            if len(measured) >= 2:
+                fixed, per_layer = linear_fit({d: m["step_s"] for d, m in measured.items()})
+                step_full = fixed + per_layer * full
+                row |= {
+                    "fixed_s": fixed,
+                    "per_layer_s": per_layer,
+                    "full_step_s": step_full,
+                    "full_tpot_s": step_full / length,
+                    "full_tokens_per_s": c * length / step_full,
+                }
+            prompt = int(any_report["plan"].get("prompt_tokens") or 0)
+            context = prompt + any_report["plan"].get("max_tokens", 0) // 2 if prompt else 512
+            floor = step_bytes(released, c, k, context)
+            row["floor_s"] = floor.total / H200_HBM_BYTES_PER_S
+            row["floor_bytes"] = floor.as_dict()
+            if "full_step_s" in row:
+                row["full_step_over_floor"] = row["full_step_s"] / row["floor_s"]
+            rows.append(row)
+    _break_even(rows)
+    return {
+        "shape": shape,
+        "released_layers": full,
+        "depths": sorted(by_depth),
+        "context_tokens": context,
+        "hbm_bytes_per_s": H200_HBM_BYTES_PER_S,
+        "rows": rows,
+    }
+
+
+def _break_even(rows: list[dict]) -> None:
+    """Per concurrency and k: the acceptance length at which k's full-depth step pays for
+    itself against k = 0's (k = 0 yields one token a step)."""
+    base = {r["concurrency"]: r for r in rows if r["k"] == 0 and "full_step_s" in r}
+    for row in rows:
+        zero = base.get(row["concurrency"])
+        if row["k"] and zero and "full_step_s" in row:
+            row["break_even_acceptance_length"] = row["full_step_s"] / zero["full_step_s"]
+            row["full_speedup"] = (
+                zero["full_step_s"]
+                / row["full_step_s"]
+                * (row["full_tokens_per_s"] * row["full_step_s"] / row["concurrency"])
+            )
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"DeepSeek-V4-{result['shape'].capitalize()} shape, depths {result['depths']} fitted "
+        f"to {result['released_layers']} layers; floor at "
+        f"{result['hbm_bytes_per_s'] / 1e12:.1f} TB/s, context {result['context_tokens']}",
+        "",
+        "| k | c | step ms (per depth) | fixed ms | per layer ms | full TPOT ms | full tok/s "
+        "| floor ms | step / floor | break-even AL |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def ms(x: float | None) -> str:
+        return f"{x * 1e3:.2f}" if x is not None else "-"
+
+    for r in result["rows"]:
+        steps = " / ".join(f"{d}: {ms(m['step_s'])}" for d, m in r["measured"].items())
+        lines.append(
+            f"| {r['k']} | {r['concurrency']} | {steps} | {ms(r.get('fixed_s'))} "
+            f"| {ms(r.get('per_layer_s'))} | {ms(r.get('full_tpot_s'))} "
+            f"| {r.get('full_tokens_per_s', 0):.0f} | {ms(r['floor_s'])} "
+            f"| {r.get('full_step_over_floor', 0):.2f} "
+            f"| {r.get('break_even_acceptance_length', 0) or '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    out = Path(argv[0])
+    reports = [json.loads(Path(p).read_text()) for p in argv[1:]]
+    result = analyse(reports)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "realwidth.json").write_text(json.dumps(result, indent=1))
+    (out / "realwidth.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
