@@ -7,6 +7,7 @@ import pytest
 
 from model_overrides import kernel_library
 from serving.golden import GoldenDesign, write_golden_model
+from tests.support import slow_steps
 from tests.support.parallel import (
     bind_engines_to_this_workers_core,
     one_at_a_time_first,
@@ -37,6 +38,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         one_at_a_time_first(items)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    slow_steps.register(config)
+
+
 @pytest.fixture(scope="session")
 def golden_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_golden_model(tmp_path_factory.mktemp("golden"), GoldenDesign())
@@ -49,7 +54,8 @@ def golden_design() -> GoldenDesign:
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
-    """Reference data (CRDs, Grafana schema): ../shared, or $DSV4_SHARED_DIR."""
-    path = Path(os.environ.get("DSV4_SHARED_DIR", ROOT.parent / "shared"))
+    """Reference schemas (CRDs, Grafana's dashboard schema): the vendored copy in
+    tests/support/reference, or $DSV4_SHARED_DIR with the same layout."""
+    path = Path(os.environ.get("DSV4_SHARED_DIR", ROOT / "tests" / "support" / "reference"))
     assert (path / "crds").is_dir(), f"reference data not found at {path}; set DSV4_SHARED_DIR"
     return path

@@ -68,7 +68,7 @@ def test_multi_node_replicas_get_ready_stay_packed_and_drain(
     assert routed and all(("/-/healthz", 8000) in p.serves for p in routed)
 
     # The PDB lets a drain evict a worker of a healthy cluster (KubeRay's RayCluster has no
-    # scale subresource: ../shared/crds/ray.io_rayclusters.yaml lists only status).
+    # scale subresource: tests/support/reference/crds/ray.io_rayclusters.yaml lists only status).
     (pdb,) = by_kind(objects, "PodDisruptionBudget")
     assert disruptions_allowed(pdb, pods, controller_has_scale=False) >= 1
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"

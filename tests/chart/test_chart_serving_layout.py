@@ -1,4 +1,4 @@
-"""The chart follows the direct serving layout (issue 14): the engine replica is the
+"""The chart follows the direct serving layout: the engine replica is the
 ingress, HAProxy fronts the replicas on every node with a Serve proxy.
 
 - The pods get the proxy environment `dsv4-serve up` sets (serving/proxy.py), from one

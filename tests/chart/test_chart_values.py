@@ -11,6 +11,7 @@ from kubernetes.utils import parse_quantity
 
 from serving.chart.presets_table import presets_table
 from serving.chart.values_model import QUANTITY_PATTERN
+from serving.jit_cache import READERS
 from tests.support.chart_render import MONITORING_APIS, ROOT, by_kind, notes, pod_templates, render
 
 PRESETS = presets_table()
@@ -192,6 +193,10 @@ CONSUMERS = {
     "MPLCONFIGDIR": [SITE / "matplotlib"],
 }
 POSIX = {"HOME", "PATH"}
+# The JIT cache variables (serving/jit_cache.py): read by the package it names where that
+# package is installed here; the GPU-only ones (TileLang, CuTe DSL, FlashInfer, the CUDA
+# driver) are not on this machine and are cited there instead.
+JIT_READERS = {name: [SITE / pkg] if pkg else [] for name, pkg in READERS.items()}
 
 
 def _read_by(name: str, dirs: list[Path]) -> bool:
@@ -237,6 +242,11 @@ def test_every_env_var_is_read_by_its_consumer(everything_rendered):
                 name = env["name"]
                 if name in POSIX or f"${name}" in own or f'"{name}"' in own:
                     continue  # the container's own script reads it
+                if name in JIT_READERS:
+                    readers = [d for d in JIT_READERS[name] if d.exists()]
+                    if readers and not _read_by(name, readers):
+                        unread.append(f"{role}/{container['name']}: {name}")
+                    continue
                 prefix = next((p for p in CONSUMERS if name.startswith(p)), None)
                 if prefix is None or not _read_by(name, CONSUMERS[prefix]):
                     unread.append(f"{role}/{container['name']}: {name}")

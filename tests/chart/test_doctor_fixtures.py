@@ -1,5 +1,5 @@
-"""The doctor's fixtures are API objects, its committed example is current, and the README
-shows what the doctor really prints for it."""
+"""The doctor's fixtures are API objects, its committed example is current, and the
+Kubernetes page (docs/kubernetes.md) shows what the doctor really prints for it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.support import doctor_scenarios as sc
 from tests.support.crd_schema import CrdValidator
 from tests.support.paths import ROOT
 
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "kubernetes.md"  # where the doctor's examples are shown
 EXAMPLE = re.compile(r"<!-- doctor-example: (.+?) -->\n```text\n(.*?)```", re.S)
 VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
 # The kinds the doctor reads and the fixtures build (or give a status).
@@ -118,9 +118,9 @@ def test_example_dump_is_current(shared_dir, tmp_path):
         assert (fresh / rel).read_text() == (sc.EXAMPLE_DIR / rel).read_text(), rel
 
 
-def test_readme_examples_are_what_the_doctor_prints(capsys, monkeypatch):
+def test_page_examples_are_what_the_doctor_prints(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    examples = EXAMPLE.findall(README.read_text())
+    examples = EXAMPLE.findall(PAGE.read_text())
     assert len(examples) == 2
     for args, shown in examples:
         code = main(["doctor", *args.split(), "--no-color"])
@@ -128,16 +128,16 @@ def test_readme_examples_are_what_the_doctor_prints(capsys, monkeypatch):
         expected_exit = 0 if args.startswith("preflight") else 1
         assert code == expected_exit
         assert shown == f"$ dsv4-serve doctor {args}\n{out}", (
-            "README example out of date: run this test with DSV4_WRITE_DOCTOR_EXAMPLE=1"
+            "docs/kubernetes.md example out of date: run this test with DSV4_WRITE_DOCTOR_EXAMPLE=1"
         )
 
 
-def write_readme_examples() -> None:
-    """Put the doctor's real output into the README (DSV4_WRITE_DOCTOR_EXAMPLE=1)."""
+def write_page_examples() -> None:
+    """Put the doctor's real output into docs/kubernetes.md (DSV4_WRITE_DOCTOR_EXAMPLE=1)."""
     import contextlib
     import io
 
-    text = README.read_text()
+    text = PAGE.read_text()
 
     def fill(match: re.Match) -> str:
         args = match.group(1)
@@ -149,16 +149,16 @@ def write_readme_examples() -> None:
             f"<!-- doctor-example: {args} -->\n```text\n$ dsv4-serve doctor {args}\n{out.read()}```"
         )
 
-    README.write_text(EXAMPLE.sub(fill, text))
+    PAGE.write_text(EXAMPLE.sub(fill, text))
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _maybe_write_readme():
+def _maybe_write_page():
     if os.environ.get("DSV4_WRITE_DOCTOR_EXAMPLE"):
         cwd = Path.cwd()
         os.chdir(ROOT)
         try:
-            write_readme_examples()
+            write_page_examples()
         finally:
             os.chdir(cwd)
     yield

@@ -62,7 +62,7 @@ def failed(report: dict) -> set[str]:
 def test_healthy_h200_cluster_passes_every_check(capsys, tmp_path, shared_dir):
     code, report = preflight(capsys, tmp_path, sc.healthy_h200(shared_dir))
     assert code == 0, [f for f in report["findings"] if f["status"] != "pass"]
-    assert report["summary"] == {"pass": 17, "warn": 0, "fail": 0}
+    assert report["summary"] == {"pass": 18, "warn": 0, "fail": 0}
     checks = by_check(report)
     assert "helm v4" in checks["chart.render"][0]["title"]
     assert "v1.3.2" in checks["kuberay.operator"][0]["title"]
@@ -257,7 +257,9 @@ def test_missing_rwx_storage_class(capsys, tmp_path, shared_dir):
     storage = [dc.storage_class("gp3", "ebs.csi.aws.com", default=True)]
     objects = dc.cluster_base(shared_dir, [*sc.h200_nodes(), *sc.cpu_nodes()], storage)
     code, report = preflight(capsys, tmp_path, objects)
-    assert code == 1 and failed(report) == {"storage.volume"}
+    # The weights' claim and the JIT cache's both ask for ReadWriteMany.
+    assert code == 1 and failed(report) == {"storage.volume", "storage.jit-cache"}
+    assert "gp3 gives volumes one node can mount" in only(report, "storage.jit-cache")["title"]
     finding = only(report, "storage.volume")
     assert (
         "StorageClass gp3 (the default) (ebs.csi.aws.com) gives volumes one node can mount"
@@ -285,6 +287,8 @@ def test_storage_class_choices(capsys, tmp_path, shared_dir):
         "h200-flash-mtp",
         "--set",
         "model.pvc.storageClassName=efs-models",
+        "--set",
+        "jitCache.pvc.storageClassName=efs-models",
     )
     assert code == 0 and only(report, "storage.volume")["status"] == "pass"
     _, report = preflight(
@@ -573,3 +577,27 @@ def test_no_node_for_the_head_and_a_node_local_cache(capsys, tmp_path, shared_di
     assert "cpu-a: memory 251Gi allocatable < 4096Gi requested" in head["details"]
     (cache,) = [f for f in by_check(report)["storage.filling"] if "localCache" in f["title"]]
     assert cache["status"] == "warn" and "160 GB" in cache["title"]
+
+
+def test_jit_cache_volume(capsys, tmp_path, shared_dir):
+    """The chart's JIT cache claim on the default class passes; a pod-local cache warns with
+    the measured cost; a missing claim of one's own fails with the fix."""
+    objects = sc.healthy_h200(shared_dir)
+    _, report = preflight(capsys, tmp_path, objects)
+    finding = only(report, "storage.jit-cache")
+    assert finding["status"] == "pass"
+    assert (
+        "JIT cache on a new claim dsv4-dsv4-serve-jit-cache of StorageClass shared-nfs"
+        in (finding["title"])
+    )
+    _, report = preflight(
+        capsys, tmp_path, objects, "h200-flash-mtp", "--set", "jitCache.type=emptyDir"
+    )
+    finding = only(report, "storage.jit-cache")
+    assert finding["status"] == "warn" and "499 s" in finding["title"]
+    code, report = preflight(
+        capsys, tmp_path, objects, "h200-flash-mtp", "--set", "jitCache.pvc.existingClaim=kernels"
+    )
+    finding = only(report, "storage.jit-cache")
+    assert code == 1 and finding["status"] == "fail"
+    assert finding["title"] == "jitCache.pvc.existingClaim kernels does not exist in dsv4"

@@ -1,6 +1,6 @@
 """The Helm chart with the real helm binary: lint, render every preset x platform and
 edge values, validate every object (built-in kinds with kubernetes-validate, custom
-resources against the CRDs in ../shared), and compare serveConfigV2 with
+resources against the CRDs in tests/support/reference), and compare serveConfigV2 with
 `dsv4-serve render-serve-config`."""
 
 import json
@@ -25,7 +25,8 @@ CUSTOM_KINDS = {
     "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
     "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
 }
-# Gateway API is not in ../shared/crds or kubernetes-validate: rendered, not validated.
+# Gateway API is not among the vendored CRDs nor in kubernetes-validate: rendered, not
+# validated.
 UNVALIDATED_KINDS = {"HTTPRoute"}
 PRESETS = presets_table()
 
@@ -174,6 +175,7 @@ EDGE_VALUES = {
     "existing-secrets": {
         "apiKey": {"existingSecret": "my-keys", "generate": False},
         "model": {"pvc": {"existingClaim": "dsv4-weights", "create": False}},
+        "jitCache": {"pvc": {"existingClaim": "dsv4-kernels"}},
     },
     "multi-host-rocm": {"preset": "mi300x-pro-mtp", "platform": "rocm"},
     "rdma-h200-pro": {
@@ -232,6 +234,7 @@ def test_edge_values_render_valid_objects(case: str, tmp_path: Path, crds):
         volumes = {v["name"]: v for v in worker["volumes"]}
         assert volumes["api-keys"]["secret"]["secretName"] == "my-keys"
         assert volumes["model"]["persistentVolumeClaim"]["claimName"] == "dsv4-weights"
+        assert volumes["jit-cache"]["persistentVolumeClaim"]["claimName"] == "dsv4-kernels"
     if case.startswith("multi-host"):
         assert spec["workerGroupSpecs"][0]["numOfHosts"] == 2
     if case == "rdma-h200-pro":

@@ -63,9 +63,14 @@ def test_long_prompt_crosses_compression_and_block_boundaries(llm, golden_design
 
 def test_prompt_past_the_indexer_top_k(llm, golden_design: GoldenDesign):
     # 2300 tokens: the ratio-4 layers hold >512 compressed entries, so the indexer's
-    # top-512 selection (fp8 logits, top-k transform) decides what attention reads.
-    prompt = prompt_of(golden_design, 2300, seed=43)
-    assert _greedy(llm, [prompt], 8) == [golden_design.continuation(prompt, 8)]
+    # top-512 selection (fp8 logits, top-k transform) decides what attention reads. Past
+    # the step budget, it is prefilled in chunks, and a 3-token prompt (no compressed
+    # entry yet) is prefilled after it in the same step: without the
+    # dsv4-cpu-indexer-last-request patch the indexer's gather fails and the engine dies.
+    scheduler = llm.llm_engine.vllm_config.scheduler_config
+    assert scheduler.enable_chunked_prefill and scheduler.max_num_batched_tokens < 2300
+    prompts = [prompt_of(golden_design, 2300, seed=43), prompt_of(golden_design, 3, seed=3)]
+    assert _greedy(llm, prompts, 8) == [golden_design.continuation(p, 8) for p in prompts]
 
 
 def test_every_parameter_was_written_by_the_checkpoint(llm, audit_dir: Path, golden_dir: Path):
@@ -91,4 +96,5 @@ def test_the_workers_report_the_override_status(llm):
     assert [p["name"] for p in report["patches"]] == REGISTRY.names()
     statuses = {p["name"]: p["status"] for p in report["patches"]}
     assert statuses["dsv4-cpu-mtp-draft"] == "applied", statuses
+    assert statuses["dsv4-cpu-indexer-last-request"] == "applied", statuses
     assert report["kernel_library"] == kernel_library.expected_library()

@@ -22,7 +22,13 @@ from model_overrides import kernel_library
 from serving.golden import GoldenDesign, write_golden_model
 from serving.golden.writer import read_design
 from tests.support.checkpoint_jitter import jittered_copy
-from tests.support.golden_prompts import engine_env, expected_counters, mtp_prompts, prompt_of
+from tests.support.golden_prompts import (
+    CPU_MTP_MAX_TOKENS,
+    engine_env,
+    expected_counters,
+    mtp_prompts,
+    prompt_of,
+)
 from tests.support.native_ops import cpu_flags, oracle_prefix
 from tests.support.paths import ROOT
 
@@ -71,7 +77,7 @@ def test_golden_mtp_on_a_lower_kernel_library(golden_dir: Path, isa: str):
     for run in result["runs"]:
         prompts = mtp_prompts(design, run["batch"])
         assert all(run["texts_ok"]), run["texts"]
-        assert run["counters"] == expected_counters(design, prompts, 2)
+        assert run["counters"] == expected_counters(design, prompts, 2, CPU_MTP_MAX_TOKENS)
 
 
 # ---------------------------------------------------------------- numerics vs native

@@ -1,10 +1,13 @@
 """DSV4 MTP speculative decoding on the CPU with the golden model (real vLLM engine).
 
 Each configuration runs once in a child process (tests/support/mtp_runner.py); the tests
-read its JSON. Expected counters come from simulating MTP on the golden design.
+read its JSON. Expected counters come from simulating MTP on the golden design. Tests that
+differ only in what they read share a child: every child records its load audit, and the
+k=2 child decodes one batch at temperature 1 after its greedy ones.
 """
 
 import json
+import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import pytest
 
 from serving.golden import GoldenDesign, write_golden_model
 from tests.support.child_result import child_result
-from tests.support.golden_prompts import expected_counters, mtp_prompts
+from tests.support.golden_prompts import CPU_MTP_MAX_TOKENS, expected_counters, mtp_prompts
 
 pytestmark = pytest.mark.slow
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
@@ -27,30 +30,37 @@ def models(tmp_path_factory: pytest.TempPathFactory, golden_dir: Path) -> dict[f
     return {1.0: golden_dir, 0.5: half}
 
 
+# The full-agreement children's batches: k=2's last one at temperature 1.
+FULL = {1: "1,8", 2: "1,8,8@1", 3: "1,8"}
+
+
 @cache
-def _run(
-    model_dir: str, k: int, batches: str, env_items: tuple = (), temperature: float = 0.0
-) -> dict:
-    args = (model_dir, str(k), batches, str(temperature))
-    return child_result("tests.support.mtp_runner", *args, env=dict(env_items))
+def _run(model_dir: str, k: int, batches: str, env_items: tuple = ()) -> dict:
+    audit = tempfile.mkdtemp(prefix="mtp-audit-")
+    env = {**dict(env_items), "DSV4_LOAD_AUDIT": audit}
+    result = child_result("tests.support.mtp_runner", model_dir, str(k), batches, env=env)
+    return {**result, "audit": audit}
 
 
-def run(
-    models, agreement: float, k: int, batches: str, temperature: float = 0.0, **env: str
-) -> dict:
-    return _run(str(models[agreement]), k, batches, tuple(sorted(env.items())), temperature)
+def run(models, agreement: float, k: int, batches: str, **env: str) -> dict:
+    return _run(str(models[agreement]), k, batches, tuple(sorted(env.items())))
+
+
+def greedy(result: dict) -> list[dict]:
+    return [r for r in result["runs"] if r["temperature"] == 0.0]
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_full_agreement_accepts_every_draft_and_keeps_the_greedy_text(models, k: int):
-    result = run(models, 1.0, k, "1,8")
+    result = run(models, 1.0, k, FULL[k])
     design = GoldenDesign()
-    for r in result["runs"]:
+    for r in greedy(result):
         assert all(r["texts_ok"]), f"batch {r['batch']}: {r['texts']}"
         c = r["counters"]
         assert c[DRAFTED] > 0
         assert c[ACCEPTED] / c[DRAFTED] >= 0.99
-        assert c == expected_counters(design, mtp_prompts(design, r["batch"]), k)
+        prompts = mtp_prompts(design, r["batch"])
+        assert c == expected_counters(design, prompts, k, CPU_MTP_MAX_TOKENS)
     assert result["patches"]["dsv4-cpu-mtp-draft"] == "applied"
     assert result["seen"]["calls"] > 0 and result["seen"]["stale"] == 0
 
@@ -62,11 +72,11 @@ def test_half_agreement_accepts_about_half_exactly_as_designed(models):
     assert all(r["texts_ok"])
     rate = r["counters"][ACCEPTED] / r["counters"][DRAFTED]
     assert rate == pytest.approx(0.5, abs=0.1)
-    assert r["counters"] == expected_counters(design, mtp_prompts(design, 8), 1)
+    assert r["counters"] == expected_counters(design, mtp_prompts(design, 8), 1, CPU_MTP_MAX_TOKENS)
 
 
 def test_without_the_cache_fix_draft_steps_see_stale_request_indices(models):
-    fixed = run(models, 1.0, 2, "1,8")
+    fixed = run(models, 1.0, 2, FULL[2])
     broken = run(models, 1.0, 2, "8", DSV4_OVERRIDES_DISABLE="draft-step-token-request-cache")
     assert broken["patches"]["draft-step-token-request-cache"] == "disabled"
     assert broken["seen"]["stale"] > 0, "the upstream stale-cache failure did not reproduce"
@@ -74,19 +84,19 @@ def test_without_the_cache_fix_draft_steps_see_stale_request_indices(models):
 
 
 def test_deferred_and_inline_hc_paths_give_identical_text_and_counters(models):
-    inline = run(models, 1.0, 2, "1,8")
+    inline = run(models, 1.0, 2, FULL[2])
     deferred = run(models, 1.0, 2, "1,8", DSV4_HC_PATH="deferred")
     assert inline["use_fused_mhc"] == [False]
     assert deferred["use_fused_mhc"] == [True]
     assert deferred["patches"]["dsv4-cpu-hc-path"] == "applied"
-    for a, b in zip(inline["runs"], deferred["runs"], strict=True):
+    assert [r["batch"] for r in greedy(inline)] == [r["batch"] for r in deferred["runs"]]
+    for a, b in zip(greedy(inline), deferred["runs"], strict=True):
         assert a["texts"] == b["texts"]
         assert a["counters"] == b["counters"]
 
 
-def test_every_draft_parameter_is_written_by_the_mtp_weights(models, tmp_path: Path):
-    audit = tmp_path / "audit"
-    run(models, 1.0, 1, "1", DSV4_LOAD_AUDIT=str(audit))
+def test_every_draft_parameter_is_written_by_the_mtp_weights(models):
+    audit = Path(run(models, 1.0, 1, FULL[1])["audit"])
     reports = {p.name.split("-")[0]: json.loads(p.read_text()) for p in audit.glob("*.json")}
     draft = reports["CpuDeepSeekV4MTP"]
     assert draft["parameters"] and set(draft["parameters"]) == set(draft["loaded"])
@@ -103,12 +113,12 @@ def test_every_draft_parameter_is_written_by_the_mtp_weights(models, tmp_path: P
 def test_sampling_at_temperature_one_keeps_the_golden_text(models):
     # The golden target puts probability 1 - 4e-5 on the successor: sampled decoding
     # must reproduce the greedy text, through drafts, verification and bonus tokens.
-    fixed = run(models, 1.0, 2, "8", temperature=1.0)
+    fixed = run(models, 1.0, 2, FULL[2])
     assert fixed["patches"]["cpu-rejection-expand-dtype"] == "applied"
-    assert all(fixed["runs"][0]["texts_ok"]), fixed["runs"][0]["texts"]
-    broken = run(
-        models, 1.0, 2, "8", temperature=1.0, DSV4_OVERRIDES_DISABLE="cpu-rejection-expand-dtype"
-    )
+    (sampled,) = [r for r in fixed["runs"] if r["temperature"] == 1.0]
+    assert sampled["batch"] == 8 and all(sampled["texts_ok"]), sampled["texts"]
+    broken = run(models, 1.0, 2, "8@1", DSV4_OVERRIDES_DISABLE="cpu-rejection-expand-dtype")
+    assert broken["runs"][0]["temperature"] == 1.0
     assert not all(broken["runs"][0]["texts_ok"]), "upstream's CPU expand bug did not reproduce"
 
 

@@ -1,4 +1,4 @@
-"""Routed-expert SwiGLU clamp (issue 18): vLLM's MoE against a plain-torch statement of DSV4.
+"""Routed-expert SwiGLU clamp: vLLM's MoE against a plain-torch statement of DSV4.
 
 On the "clamp" golden variant (live experts whose routed up/gate pre-activations pass
 ``swiglu_limit`` on about 1% of elements, live hyper-connections, silent attention,

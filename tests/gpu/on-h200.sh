@@ -18,11 +18,16 @@
 #                                # one replica as the ideal (started in the background:
 #                                # it outlasts one call; poll with `wait`)
 #   tests/gpu/on-h200.sh wait    # what the background routing bench has written so far
+#   tests/gpu/on-h200.sh realwidth       # docs/bench-realwidth: the V4-Flash bench model
+#                                # (h200-flash-bench) at 6 layers, k=0..3, then 12 layers,
+#                                # with every JIT cache in one kept directory (in the
+#                                # background: collect with `realwidth-wait`, back to back)
+#   tests/gpu/on-h200.sh realwidth-wait  # what it has written so far
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
 # specific to the lent machine but the kit's environment file.
 set -u -o pipefail
-step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait}
+step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait}
 OUT=${OUT:?set OUT}
 if [ -f /tmp/site/gpu-kit.env ]; then . /tmp/site/gpu-kit.env; fi
 export PYTHONUNBUFFERED=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
@@ -164,6 +169,26 @@ wait)
     tail -15 "$work/bench-routing-gpu/bench.log"
     tar czf "$OUT/bench-routing-gpu.tgz" --exclude=logs -C "$work" bench-routing-gpu
     tar czf "$OUT/bench-routing-logs.tgz" -C "$work/bench-routing-gpu" logs 2>/dev/null
+    ;;
+realwidth)
+    rm -rf "$work/realwidth" "$work/src"
+    mkdir -p "$work/realwidth" "$work/src"
+    # The job outlives this call: it runs from its own copy of the checkout, which the
+    # next call's copy of the working tree cannot change under it.
+    cp -r serving model_overrides tests pyproject.toml "$work/src/"
+    (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
+        tests/gpu/realwidth.sh "$work/realwidth" "$work/jit" \
+        > "$work/realwidth/job.log" 2>&1 < /dev/null &)
+    sleep 20
+    tail -5 "$work/realwidth/job.log"
+    ;;
+realwidth-wait)
+    until [ -f "$work/realwidth/done" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
+        sleep 10
+    done
+    tail -30 "$work/realwidth/job.log"
+    tar czf "$OUT/realwidth.tgz" --exclude='logs' -C "$work" realwidth
+    tar czf "$OUT/realwidth-logs.tgz" -C "$work/realwidth" $(cd "$work/realwidth" && ls -d */logs 2>/dev/null)
     ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac

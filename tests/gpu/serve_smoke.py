@@ -6,7 +6,7 @@ against the golden text, every metrics endpoint scraped for promtool, a clean st
 A script, not a pytest module: the GPU machine runs it once and sends back DIR:
 ``summary.json`` (rewritten after every step, so a run cut short still leaves one),
 ``up.log`` (everything `up` printed) and ``scrape-N.prom`` (each round's raw exposition
-text of every endpoint, with its time; ``serving.monitoring.snapshot`` reads them).
+text of every endpoint, with its time; ``tests.support.scrape_snapshot`` reads them).
 Every step logs progress; a failing step is recorded and the run goes on to the stop.
 Exit 0 when every check passed, 1 otherwise.
 
@@ -43,11 +43,11 @@ import psutil
 from serving.build_args import BuildArgs, resolve
 from serving.golden import GoldenDesign
 from serving.metrics_page import RAY_EXPORT_PERIOD_S
-from serving.monitoring.snapshot import Section, parse, write_round
 from serving.processes import free_port
 from tests.support.golden_prompts import MTP_MAX_TOKENS, expected_counters, mtp_prompts, prompt_of
 from tests.support.paths import ROOT
 from tests.support.ray_app import READY_LINE
+from tests.support.scrape_snapshot import Section, parse, write_round
 
 KEY = "serve-smoke-key"
 ADMIN_KEY = "serve-smoke-admin-key"  # the API port's /metrics takes an admin key

@@ -1,10 +1,10 @@
 """The dsv4 rules and alerts under promtool on a scraped snapshot of the real app.
 
 A snapshot is the ``scrape-N.prom`` files ``tests/gpu/serve_smoke.py`` writes: every
-metrics endpoint of `dsv4-serve up` in three rounds. ``serving.monitoring.snapshot`` turns
+metrics endpoint of `dsv4-serve up` in three rounds. ``tests.support.scrape_snapshot`` turns
 one into a promtool unit test whose expected values it computes from the scraped samples
-alone. Snapshots: the H200 run of ``up gpu-golden`` in docs/bench-gpu/scrape (issue 22,
-2026-12-02); a CPU run of ``up cpu-tiny`` (tests/support/scrape-cpu-tiny); and any
+alone. Snapshots: the H200 run of ``up gpu-golden`` in tests/support/scrape-gpu-golden
+(2026-12-02); a CPU run of ``up cpu-tiny`` (tests/support/scrape-cpu-tiny); and any
 directory in ``DSV4_SCRAPE_SNAPSHOTS`` (``os.pathsep``-separated).
 """
 
@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 from serving import generated
-from serving.monitoring import snapshot as snap
 from serving.preset import load_preset
+from tests.support import scrape_snapshot as snap
 from tests.support.paths import ROOT
 
 PROMTOOL = shutil.which("promtool")
 CPU_SNAPSHOT = ROOT / "tests" / "support" / "scrape-cpu-tiny"
-GPU_SNAPSHOT = ROOT / "docs" / "bench-gpu" / "scrape"
+GPU_SNAPSHOT = ROOT / "tests" / "support" / "scrape-gpu-golden"
 EXTRA = [Path(p) for p in os.environ.get("DSV4_SCRAPE_SNAPSHOTS", "").split(os.pathsep) if p]
 SNAPSHOTS = [d for d in (GPU_SNAPSHOT, CPU_SNAPSHOT, *EXTRA) if d.is_dir()]
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: run `make deps`")

@@ -1,5 +1,5 @@
 """What each Ray pod of the rendered chart serves in the direct layout (test helper): the
-engine replica is the ingress, HAProxy fronts the replicas (issue 14).
+engine replica is the ingress, HAProxy fronts the replicas.
 
 The table below is Ray 2.60's behaviour, read from its sources (ray/serve/_private/ in
 .venv), and our gateway's:

@@ -1,11 +1,12 @@
 """Cluster dumps for the doctor's tests, built from what the API server returns.
 
 Nodes carry the labels, capacity/allocatable, conditions, taints and nodeInfo of real
-nodes (NVIDIA GPU feature discovery and the AMD node labeller's labels); CRDs are the files
-in ../shared/crds with the status the API server adds; the release's objects are the chart
-rendered by the real helm, given the metadata the API server adds and the statuses KubeRay,
-the scheduler, the kubelet and the Job controller set. `test_doctor_fixtures.py` validates
-the built-in kinds with kubernetes-validate and the custom ones against the CRDs.
+nodes (NVIDIA GPU feature discovery and the AMD node labeller's labels); CRDs are the
+vendored files (tests/support/reference/crds) with the status the API server adds; the
+release's objects are the chart rendered by the real helm, given the metadata the API
+server adds and the statuses KubeRay, the scheduler, the kubelet and the Job controller
+set. `test_doctor_fixtures.py` validates the built-in kinds with kubernetes-validate and
+the custom ones against the CRDs.
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ def storage_class(name: str, provisioner: str, default: bool = False) -> Obj:
 
 
 def crd(shared_dir: Path, file: str) -> Obj:
-    """A CRD from ../shared/crds as the API server returns it (metadata and status).
+    """A CRD from tests/support/reference/crds as the API server returns it (metadata and status).
 
     Shared between calls (1 MB each): tests must not change it."""
     return _crd(str(shared_dir / "crds" / file))

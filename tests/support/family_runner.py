@@ -16,7 +16,7 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine and worker in this 
 from serving.golden.design import FAMILIES  # noqa: E402
 from serving.golden.writer import read_design  # noqa: E402
 from serving.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
-from tests.support.golden_prompts import MTP_MAX_TOKENS, expected_counters  # noqa: E402
+from tests.support.golden_prompts import CPU_MTP_MAX_TOKENS, expected_counters  # noqa: E402
 from tests.support.mtp_runner import counters, delta  # noqa: E402
 
 BATCH = 4
@@ -29,7 +29,7 @@ def main(model_dir: str, k: int) -> dict:
     llm = LLM(
         **golden_engine_kwargs(model_dir, speculative_config=mtp_config(k), disable_log_stats=False)
     )
-    max_tokens = min(MTP_MAX_TOKENS, design.family_span(offset=BATCH - 1, k=k))
+    max_tokens = min(CPU_MTP_MAX_TOKENS, design.family_span(offset=BATCH - 1, k=k))
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     out: dict = {"k": k, "max_tokens": max_tokens, "families": {}}
     for family in FAMILIES:

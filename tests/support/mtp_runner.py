@@ -5,7 +5,10 @@ texts are the golden ones and how the engine's spec-decode counters moved. Every
 token->request mapping DSV4's metadata builders receive is compared with a fresh
 mapping of the current query layout (stale ones are counted).
 
-    python -m tests.support.mtp_runner MODEL_DIR K BATCH[,BATCH...] [TEMPERATURE]
+    python -m tests.support.mtp_runner MODEL_DIR K BATCH[@T][,BATCH[@T]...] [TEMPERATURE]
+
+``BATCH@T`` decodes that batch at temperature T (several sampling settings, one engine
+start); the others take TEMPERATURE (default 0, greedy).
 """
 
 import json
@@ -16,7 +19,7 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine and worker in this 
 
 from serving.golden.writer import read_design  # noqa: E402
 from serving.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
-from tests.support.golden_prompts import MTP_MAX_TOKENS, mtp_prompts  # noqa: E402
+from tests.support.golden_prompts import CPU_MTP_MAX_TOKENS, mtp_prompts  # noqa: E402
 
 SPEC_COUNTERS = (
     "vllm:spec_decode_num_drafts",
@@ -66,8 +69,11 @@ if __name__ == "__main__":
     from model_overrides.registry import REGISTRY
 
     model_dir, k = sys.argv[1], int(sys.argv[2])
-    batches = [int(b) for b in sys.argv[3].split(",")]
-    temperature = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    default_temperature = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    batches = [
+        (int(b), float(t) if t else default_temperature)
+        for b, _, t in (item.partition("@") for item in sys.argv[3].split(","))
+    ]
     design = read_design(model_dir)
     llm = LLM(
         **golden_engine_kwargs(model_dir, speculative_config=mtp_config(k), disable_log_stats=False)
@@ -89,18 +95,19 @@ if __name__ == "__main__":
 
     CommonAttentionMetadata.token_to_req_indices = checked
     runs = []
-    for batch in batches:
+    for batch, temperature in batches:
         prompts = mtp_prompts(design, batch)
         before = counters(llm)
-        params = SamplingParams(temperature=temperature, max_tokens=MTP_MAX_TOKENS, seed=1)
+        params = SamplingParams(temperature=temperature, max_tokens=CPU_MTP_MAX_TOKENS, seed=1)
         outs = llm.generate(prompts, params, use_tqdm=False)
         texts = [o.outputs[0].text for o in outs]
         runs.append(
             {
                 "batch": batch,
+                "temperature": temperature,
                 "texts": texts,
                 "texts_ok": [
-                    t == design.continuation(p, MTP_MAX_TOKENS)
+                    t == design.continuation(p, CPU_MTP_MAX_TOKENS)
                     for t, p in zip(texts, prompts, strict=True)
                 ],
                 "counters": delta(counters(llm), before),

@@ -9,6 +9,11 @@
 - vLLM's CPU backend binds an engine's OpenMP threads to core 0 unless told otherwise:
   each worker binds its engines (and the Ray app's, whose processes inherit the
   environment) to a core of its own, so two engines never share one.
+- vLLM binds only the engines its multiprocessing executor starts; an in-process engine
+  (the runners' ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) would start one OpenMP thread per
+  core and spin at every barrier while the other worker holds the other core. Each
+  worker's processes run one OpenMP thread: with the other core busy, a prefix-cache
+  runner took 109 s and 95 CPU-s that way, 139 s and 166 CPU-s with two threads.
 
 The units come from our own scheduler (xdist's ``pytest_xdist_make_scheduler`` hook), not
 from ``xdist_group`` marks: xdist 3.8 applies those by rewriting ``item._nodeid``, which
@@ -43,6 +48,7 @@ def bind_engines_to_this_workers_core() -> None:
     index, cores = worker_index(), sorted(os.sched_getaffinity(0))
     if index is not None and len(cores) > 1 and BIND not in os.environ:
         os.environ[BIND] = str(cores[index % len(cores)])
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def unit_of(nodeid: str) -> str:

@@ -11,10 +11,12 @@ each case's prompt served once after a cache reset, nothing warmed), "cases": [{
 A prompt ``[n, b]`` is the case's first ``shared`` words followed by words of branch
 ``b``, cut at ``n`` words (one golden word is one token). For each case: reset the
 prefix cache, serve the prompt cold, reset again, serve the warm prompts in order and
-then the prompt again (the warm run). Each serving records the greedy token ids with
-their log-probs, how ``vllm:prefix_cache_queries`` / ``_hits`` moved, and, independently
-of those counters, the first prompt position the target model computed (every earlier
-one came from the cache).
+then the prompt again (the warm run). A case whose only warm prompt is its own prompt
+skips that reset and re-serving: the cold run leaves the cache as serving it again
+would. Each serving records the greedy token ids with their log-probs, how
+``vllm:prefix_cache_queries`` / ``_hits`` moved, and, independently of those counters,
+the first prompt position the target model computed (every earlier one came from the
+cache).
 
 Prints ``RESULT {...}`` with the patch outcomes, the kernel library loaded and whether
 vLLM kept prefix caching on.
@@ -88,8 +90,9 @@ def main(spec: dict) -> dict:
         llm.reset_prefix_cache()
         result = {"cold": serve(prompt)}
         if not spec.get("cold_only"):
-            llm.reset_prefix_cache()
-            result["warmers"] = [serve(_words(design, case, *w)) for w in case["warm"]]
+            if case["warm"] != [case["prompt"]]:
+                llm.reset_prefix_cache()
+                result["warmers"] = [serve(_words(design, case, *w)) for w in case["warm"]]
             result["warm"] = serve(prompt)
         cases[case["name"]] = result
     return {

@@ -166,6 +166,29 @@ def test_stages_from_a_vllm_gpu_log():
     }
 
 
+def test_vllms_jit_warmup_is_a_stage_of_engine_init():
+    """As vLLM 0.32 logs it on an H200 (kernel_warmup.py): the warm-up of a fresh machine
+    and of one whose JIT caches were kept."""
+    log = (
+        "(EngineCore pid=1777) INFO 12-05 04:11:47 [model_runner.py:424] Model loading took "
+        "12.47 GiB memory and 8.250667 seconds\n"
+        "(EngineCore pid=1777) INFO 12-05 04:21:47 [kernel_warmup.py:189] JIT kernel warmup "
+        "finished in 499.23s.\n"
+    )
+    assert start_stages(log) == {"weights": 8.250667, "jit_warmup": 499.23}
+    kept = log.replace("499.23s", "11.64s") + (
+        "INFO [model_runner.py:1127] Graph capturing finished in 83 secs, took 0.51 GiB\n"
+        "INFO [core.py:402] init engine (profile, create kv cache, warmup model) took 176.27 s\n"
+    )
+    stages = start_stages(kept)
+    assert list(stages) == ["weights", "engine_init", "jit_warmup", "cuda_graphs"]
+    assert top_level(stages, 235.1) == {
+        "weights": 8.250667,
+        "engine_init": 176.27,
+        "other": pytest.approx(235.1 - 184.520667),
+    }
+
+
 def test_stages_from_the_ray_apps_up_with_its_engine_lines():
     log = (
         "(ServeReplica:dsv4:Dsv4Server pid=9) (Worker pid=10) INFO 12-01 [default_loader.py:501]"

@@ -1,4 +1,4 @@
-"""The SwiGLU clamp rule (issue 18): its verdicts on the installed vLLM, and fixtures.
+"""The SwiGLU clamp rule: its verdicts on the installed vLLM, and fixtures.
 
 Everything here reads source with ``ast`` (no engine, no kernel): the installed vLLM for
 the expected per-variant results, synthetic packages written to ``tmp_path`` for the

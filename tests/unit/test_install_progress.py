@@ -1,4 +1,4 @@
-"""serving/install_progress.py around real pip: hand-made wheels installed with
+"""tools/install_progress.py around real pip: hand-made wheels installed with
 ``--no-index`` into a target folder, pip's ``--log`` file read back for the summary."""
 
 import base64
@@ -8,8 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from serving.install_progress import PipLog, duration, human, pins
 from tests.support.paths import ROOT
+from tools.install_progress import PipLog, duration, human, pins
 
 
 def _wheel(folder: Path, name: str, version: str, payload_kb: int) -> Path:
@@ -34,7 +34,7 @@ def _wheel(folder: Path, name: str, version: str, payload_kb: int) -> Path:
 
 
 def _install(tmp_path: Path, *pip_args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "serving.install_progress", "--log", str(tmp_path / "pip.log")]
+    cmd = [sys.executable, "-m", "tools.install_progress", "--log", str(tmp_path / "pip.log")]
     cmd += ["--measure", str(tmp_path / "target"), "--", *pip_args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
 

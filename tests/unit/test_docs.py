@@ -1,0 +1,131 @@
+"""The README is a short front door, the manual's links resolve, its pages start with a
+summary and carry no internal work labels, and `dsv4-serve --version` says the version."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from serving.cli import main
+from tests.support.paths import ROOT
+
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+# The manual's pages, and the front door and contributor guide that link into it.
+PAGES = sorted(DOCS.glob("*.md"))
+LINKED = [README, ROOT / "CONTRIBUTING.md", *PAGES]
+# Every Markdown file under docs/ (pages, run records, design notes).
+ALL_DOCS = sorted(DOCS.rglob("*.md"))
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+LABEL = re.compile(r"\b(session|issue)s?\s+#?\d+", re.I)
+
+
+def _prose(path: Path) -> str:
+    """The page without its fenced blocks (command output is not prose)."""
+    return FENCE.sub("", path.read_text())
+
+
+def test_readme_is_a_short_front_door():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move reference material to docs/"
+
+
+def test_readme_links_every_page():
+    linked = {Path(t.split("#")[0]).name for t in LINK.findall(README.read_text())}
+    missing = [p.name for p in PAGES if p.name not in linked]
+    assert not missing, f"README's 'Read more' does not link {missing}"
+
+
+@pytest.mark.parametrize("path", LINKED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_to_files(path: Path):
+    broken = []
+    for target in LINK.findall(_prose(path)):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+            continue  # a URL or an anchor on the same page
+        if not (path.parent / target.split("#")[0]).exists():
+            broken.append(target)
+    assert not broken, f"{path.relative_to(ROOT)} links to missing files: {broken}"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_pages_start_with_a_summary(path: Path):
+    blocks = [b.strip() for b in path.read_text().split("\n\n") if b.strip()]
+    assert blocks[0].startswith("# "), f"{path.name} does not start with a title"
+    summary = blocks[1]
+    assert not summary.startswith(("#", "|", "```", "    ", "- ")), (
+        f"{path.name}: the title is not followed by a summary paragraph"
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [README, ROOT / "CONTRIBUTING.md", *ALL_DOCS],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_no_work_labels(path: Path):
+    found = sorted({m.group(0) for m in LABEL.finditer(path.read_text())})
+    assert not found, f"{path.relative_to(ROOT)} names internal work labels: {found}"
+
+
+def _pyproject_version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _printed_version(capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_version_flag_prints_the_version(capsys):
+    assert _printed_version(capsys) == f"dsv4-serve {_pyproject_version()}\n"
+
+
+def test_version_flag_without_installed_metadata(capsys, monkeypatch):
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert _printed_version(capsys) == f"dsv4-serve {_pyproject_version()}\n"
+
+
+def test_no_work_labels_in_code_or_tests():
+    """Product code, tests and scripts say what a thing is, not which piece of work made it."""
+    found = []
+    for folder in ("serving", "model_overrides", "tests", "tools", "helm", "docker"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in {".py", ".sh", ".yaml", ".tpl", ".txt"} and path.is_file():
+                found += [
+                    f"{path.relative_to(ROOT)}: {m.group(0)}"
+                    for m in LABEL.finditer(path.read_text())
+                ]
+    assert not found, found
+
+
+def test_docs_hold_results_not_runs():
+    """Pages, plots and small summary JSON: no raw logs, archives, scrapes or junit, each
+    JSON under 100 KB, all of docs/ under 4 MB (git history keeps the runs)."""
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files", "docs"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    paths = [ROOT / f for f in tracked]
+    raw = [
+        p.name
+        for p in paths
+        if p.suffix in {".log", ".gz", ".tgz", ".tar", ".xml", ".jsonl", ".prom"}
+    ]
+    assert not raw, raw
+    big = [p.name for p in paths if p.suffix == ".json" and p.stat().st_size > 100_000]
+    assert not big, big
+    assert sum(p.stat().st_size for p in paths) < 4 * 2**20
