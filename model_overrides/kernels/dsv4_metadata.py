@@ -113,15 +113,22 @@ def build_prefill_chunk_metadata(
     *,
     num_reqs: int,
     COMPRESS_RATIO: int,  # noqa: N803
+    positions: torch.Tensor | None = None,
 ) -> None:
-    """Per-query-token K row bounds (ks, ke) and the compressed-token → request map."""
+    """Per-query-token K row bounds (ks, ke) and the compressed-token → request map.
+    ``positions`` (vLLM 0.34+): each query token's position, where a request's tokens
+    are not its contiguous last ones; else they are."""
     req, flat, offset, query_len = token_layout(query_start_loc, num_reqs)
     if req.numel():
         start_pos = uncompressed_seq_lens[:num_reqs].to(torch.int64) - query_len
         row_start = row_start_cu_compressed_seq_lens[:num_reqs].to(torch.int64)[req]
         keep = (flat >= query_slice_start) & (flat < query_slice_stop)
         out = flat[keep] - query_slice_start
-        length = (start_pos[req] + 1 + offset) // COMPRESS_RATIO
+        if positions is not None:
+            context = positions[flat].to(torch.int64) + 1
+        else:
+            context = start_pos[req] + 1 + offset
+        length = context // COMPRESS_RATIO
         if DCP_WORLD > 1:
             base = length // DCP_INTERLEAVE // DCP_WORLD * DCP_INTERLEAVE
             rem = (length - base * DCP_WORLD - DCP_RANK * DCP_INTERLEAVE).clamp(

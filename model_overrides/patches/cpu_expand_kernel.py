@@ -13,11 +13,12 @@ from typing import Any
 import torch
 
 from model_overrides.kernels.sampling import expand_to_tokens
-from model_overrides.patches.module_attr import import_optional, is_cpu_platform
+from model_overrides.patches.module_attr import has_module, import_optional, is_cpu_platform
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 _CPU_IMPLS = "vllm.utils.cpu_triton_utils"
-_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
+_SAMPLER = "vllm.v1.sample.rejection_sampler"
+_KERNEL = f"{_SAMPLER}.expand_kernel"
 
 
 def expands_floats(impl: Any) -> bool:
@@ -37,6 +38,8 @@ def probe() -> Probe:
     impls = import_optional(_CPU_IMPLS)
     current = getattr(impls, "_expand_kernel_impl", None) if impls else None
     if current is None:
+        if not has_module(_SAMPLER):  # vLLM 0.34: Model Runner V1 and its sampler are gone
+            return Probe(Need.NOT_NEEDED, f"no {_SAMPLER} (V1) and no CPU expand fallback")
         return Probe(Need.NOT_APPLICABLE, f"no {_CPU_IMPLS}._expand_kernel_impl in this vLLM")
     if current is expand_to_tokens:
         return Probe(Need.ALREADY_APPLIED, "dtype-preserving expand in place")
@@ -55,7 +58,7 @@ def _registered_kernel() -> Any:
     """The dispatcher's stand-in for expand_kernel, once the CPU platform registered it
     (vllm/platforms/cpu.py, register_triton_kernel_overrides); else None."""
     dispatcher = import_optional("vllm.triton_utils.dispatcher")
-    sampler = import_optional("vllm.v1.sample.rejection_sampler")
+    sampler = import_optional(_SAMPLER)
     kernel = getattr(sampler, "expand_kernel", None)
     override = getattr(dispatcher, "KernelOverride", None)
     return kernel if override is not None and isinstance(kernel, override) else None

@@ -15,11 +15,12 @@ import functools
 import inspect
 from typing import Any
 
-from model_overrides.patches.module_attr import import_optional
+from model_overrides.patches.module_attr import import_optional, source_without_import
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 _BACKEND = "vllm.v1.attention.backend"
 _PROPOSER = "vllm.v1.spec_decode.llm_base_proposer"
+_V2_SPECULATOR = "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator"
 _KEY = "_dsv4_token_to_req_layout"
 
 
@@ -62,7 +63,7 @@ def probe() -> Probe:
         return Probe(Need.UNRECOGNISED, "token_to_req_indices no longer uses its cache field")
     proposer = import_optional(_PROPOSER)
     if proposer is None:
-        return Probe(Need.NOT_APPLICABLE, f"{_PROPOSER} is not in this vLLM")
+        return _without_the_v1_proposer()
     src = inspect.getsource(proposer)
     rewrites = "common_attn_metadata.query_start_loc = " in src
     resets = "_token_to_req_indices_cache = None" in src
@@ -71,6 +72,17 @@ def probe() -> Probe:
     if resets:
         return Probe(Need.NOT_NEEDED, "the proposer resets the cache itself")
     return Probe(Need.NEEDED, "proposer rewrites the query layout but keeps the cached mapping")
+
+
+def _without_the_v1_proposer() -> Probe:
+    """vLLM 0.34 removed Model Runner V1's proposer. V2's draft steps after the first
+    build their metadata anew (one query per request), never reusing the first pass's."""
+    src = source_without_import(_V2_SPECULATOR, "AutoRegressiveSpeculator._multi_step_decode")
+    if src is None:
+        return Probe(Need.NOT_APPLICABLE, f"neither {_PROPOSER} nor Model Runner V2's drafter")
+    if "self._build_uniform_attn_metadata(" not in src:
+        return Probe(Need.UNRECOGNISED, "V2's draft steps no longer build their own metadata")
+    return Probe(Need.NOT_NEEDED, "no V1 proposer; V2 builds each draft step's metadata anew")
 
 
 def apply() -> None:

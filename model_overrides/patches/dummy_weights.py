@@ -1,9 +1,11 @@
 """deepseek_v4: usable dummy weights and balanced MoE routing under ``load_format=dummy``.
 
-vLLM's dummy loader (``model_loader/dummy_loader.py`` through
+vLLM 0.32's dummy loader (``model_loader/dummy_loader.py`` through
 ``weight_utils.initialize_single_dummy_weight``) fills floating tensors uniformly in
-[-1e-3, 1e-3] and leaves every other tensor as allocated. For DeepSeek-V4 in its release
-format that gives a model that measures the wrong thing:
+[-1e-3, 1e-3] and leaves every other tensor as allocated (0.33 and later fill FP4 bytes,
+e8m0 scales and 8-bit floats themselves, but still leave the routing bias below and the
+hash layers' expert tables to us).
+For DeepSeek-V4 in its release format that gives a model that measures the wrong thing:
 - FP4 expert bytes and their e8m0 scales are ``uint8``: left as allocated (garbage,
   e8m0 255 is NaN);
 - FP8 weights drawn in [-1e-3, 1e-3] fall under e4m3's smallest step and round to zero,
@@ -178,13 +180,13 @@ def probe() -> Probe:
     if fill is None:
         return Probe(Need.UNRECOGNISED, "initialize_single_dummy_weight is not in this vLLM")
     src = inspect.getsource(fill)
-    ints_left = "is_floating_point" in src
-    return Probe(
-        Need.NEEDED,
-        "integer tensors (FP4 bytes, e8m0 scales) left as allocated"
-        if ints_left
-        else "vLLM fills integer tensors; the routing bias still picks the experts",
-    )
+    if "_DUMMY_E8M0_SCALE_BYTE" in src:  # vLLM 0.33+
+        why = "vLLM fills FP4 bytes and e8m0 scales; the routing bias and hash tables are ours"
+    elif "is_floating_point" in src:
+        why = "integer tensors (FP4 bytes, e8m0 scales) left as allocated"
+    else:
+        why = "vLLM fills integer tensors; the routing bias still picks the experts"
+    return Probe(Need.NEEDED, why)
 
 
 def apply() -> None:

@@ -21,6 +21,14 @@ def import_optional(module: str) -> ModuleType | None:
         return None
 
 
+def has_module(module: str) -> bool:
+    """Whether this vLLM has ``module``, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def source_without_import(module: str, qualname: str) -> str | None:
     """The source of ``module.qualname`` (a function or ``Class.method``) read from the
     module's file, without importing the module: some vLLM modules import DSV4's model
@@ -67,6 +75,17 @@ def call_parameters(obj: Any) -> list[str]:
     return [p for p in inspect.signature(type(obj).__call__).parameters if p != "self"]
 
 
+def takes_the_same_call(found: list[str], replacement: Callable[..., Any]) -> bool:
+    """Whether a kernel launched with parameters ``found`` can be replaced: the same
+    names, or, for an older vLLM, the same less trailing ones a later vLLM added and
+    the replacement defaults."""
+    params = list(inspect.signature(replacement).parameters.values())
+    names = [p.name for p in params]
+    if names[: len(found)] != found:
+        return False
+    return all(p.default is not inspect.Parameter.empty for p in params[len(found) :])
+
+
 @dataclass(frozen=True)
 class KernelSwap:
     """Replace ``module.attr`` (a Triton kernel object) with an eager function."""
@@ -79,9 +98,6 @@ class KernelSwap:
     @property
     def label(self) -> str:
         return self.class_name
-
-    def expected_parameters(self) -> list[str]:
-        return list(inspect.signature(self.replacement).parameters)
 
     def current(self) -> Any:
         mod = import_optional(self.module)
@@ -102,7 +118,7 @@ class KernelSwap:
                 f"{self.attr} is a {type(obj).__name__}, expected {self.class_name}",
             )
         found = call_parameters(obj)
-        if found != self.expected_parameters():
+        if not takes_the_same_call(found, self.replacement):
             return Probe(Need.UNRECOGNISED, f"{self.class_name}.__call__ takes {found}")
         reason = applicable()
         if reason:

@@ -6,13 +6,21 @@ Where it hooks into vLLM 0.32 (``vllm/v1/core/sched/scheduler.py``):
   guard there: ``schedule()`` reads ``self.dynamic_sd_lookup[len(num_scheduled_tokens)]``
   once per step, before the async scheduler copies k into its draft placeholders, and
   ships it as ``SchedulerOutput.num_spec_tokens_to_schedule``, the drafts the worker
-  proposes at the end of that step (``GPUModelRunner.propose_draft_token_ids`` hands it to
-  the proposer as ``num_speculative_tokens``; 0 returns no drafts). A non-None lookup also
+  proposes at the end of that step. Model Runner V1 (``GPUModelRunner.propose_draft_token_ids``,
+  gone in 0.34) and V2 (``vllm/v1/worker/gpu/model_runner.py``: ``execute_model`` keeps it,
+  ``sample_tokens`` passes it to the speculator) both hand it to the drafter as
+  ``num_speculative_tokens``; 0 returns no drafts. A non-None lookup also
   turns off the fake ``-1`` draft padding for CUDA graphs, as vLLM's own table does.
 - ``Scheduler.make_spec_decoding_stats`` is called for every request of every verified
   step (inside ``update_from_output``), whether or not stats are logged: the guard's
   acceptance feed, gathered there and counted once the step's update returns.
 - ``schedule`` / ``update_from_output``: the step's measured time, for the cost model.
+
+vLLM 0.34's custom speculator hook (``register_speculative_method``,
+``vllm/v1/worker/gpu/spec_decode/speculator_config.py``) is no place for the guard: a
+speculator lives in the worker and is told k (``propose(..., num_speculative_tokens)``)
+after the scheduler has already reserved and verified that many draft slots, so it could
+only blank drafts it was asked for, never choose how many the step verifies.
 
 The probe reads those lines in vLLM's source files without importing the runner or the
 proposer: importing ``vllm.v1.worker.gpu_model_runner`` imports DSV4's model modules, and
@@ -35,7 +43,11 @@ import os
 import time
 from typing import Any
 
-from model_overrides.patches.module_attr import import_optional, source_without_import
+from model_overrides.patches.module_attr import (
+    has_module,
+    import_optional,
+    source_without_import,
+)
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 from model_overrides.spec_guard import AdaptiveK
 from model_overrides.spec_guard_config import (
@@ -50,6 +62,8 @@ logger = logging.getLogger("vllm.dsv4_overrides")
 _SCHEDULER = "vllm.v1.core.sched.scheduler"
 _PROPOSER = "vllm.v1.spec_decode.llm_base_proposer"
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
+_RUNNER_V2 = "vllm.v1.worker.gpu.model_runner"
+_SPECULATOR_V2 = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
 _MARK = "_dsv4_spec_guard"
 STATE_INTERVAL_S = 0.25
 _TIMES_KEPT = 8  # schedule() start times awaiting their update_from_output (async: 2)
@@ -60,9 +74,21 @@ _SOURCE_NEEDS = (
     (_SCHEDULER, "Scheduler.schedule", "num_spec_tokens_to_schedule=num_spec_tokens_to_schedule"),
     (_SCHEDULER, "Scheduler.__init__", "self.dynamic_sd_lookup"),
     (_SCHEDULER, "Scheduler.update_from_output", "self.make_spec_decoding_stats("),
-    (_RUNNER, "GPUModelRunner.propose_draft_token_ids", "num_spec_tokens_to_schedule"),
-    (_PROPOSER, "SpecDecodeBaseProposer.propose", "if self.num_speculative_tokens == 0"),
 )
+# Each model runner this vLLM has must hand the scheduler's k to its drafter; a runner
+# whose module is gone is skipped, one that is there but changed makes the guard
+# unrecognised. MTP's V2 speculator is a TargetDependentARSpeculator.
+_RUNNER_NEEDS = {
+    "Model Runner V1": (
+        (_RUNNER, "GPUModelRunner.propose_draft_token_ids", "num_spec_tokens_to_schedule"),
+        (_PROPOSER, "SpecDecodeBaseProposer.propose", "if self.num_speculative_tokens == 0"),
+    ),
+    "Model Runner V2": (
+        (_RUNNER_V2, "GPUModelRunner.execute_model", "output.num_spec_tokens_to_schedule"),
+        (_RUNNER_V2, "GPUModelRunner.sample_tokens", "num_speculative_tokens=num_spec_tokens"),
+        (_SPECULATOR_V2, "TargetDependentARSpeculator.propose", "if num_speculative_tokens == 0"),
+    ),
+}
 _STATS_PARAMS = [
     "self",
     "spec_decoding_stats",
@@ -273,16 +299,39 @@ def probe() -> Probe:
         return Probe(Need.UNRECOGNISED, f"{_SCHEDULER}.Scheduler is not in this vLLM")
     if _is_patched(cls):
         return Probe(Need.ALREADY_APPLIED, "guard hooks in place")
-    for module, qualname, needle in _SOURCE_NEEDS:
-        src = source_without_import(module, qualname)
-        if src is None:
-            return Probe(Need.UNRECOGNISED, f"{module}.{qualname} is not in this vLLM")
-        if needle not in src:
-            return Probe(Need.UNRECOGNISED, f"{qualname} no longer has {needle.strip()!r}")
+    if why := _unmet(_SOURCE_NEEDS):
+        return Probe(Need.UNRECOGNISED, why)
+    runners, why = runners_taking_k()
+    if why:
+        return Probe(Need.UNRECOGNISED, why)
     params = list(inspect.signature(cls.make_spec_decoding_stats).parameters)
     if params != _STATS_PARAMS:
         return Probe(Need.UNRECOGNISED, f"make_spec_decoding_stats takes {params}")
-    return Probe(Need.NEEDED, "k per step from the scheduler's lookup (DSV4_SPEC_GUARD)")
+    read_by = " and ".join(runners)
+    return Probe(Need.NEEDED, f"k per step from the scheduler's lookup, read by {read_by}")
+
+
+def runners_taking_k() -> tuple[list[str], str | None]:
+    """The model runners of this vLLM that hand the scheduler's k to their drafter, and
+    why the guard cannot rely on them (a runner that is there but changed), else None."""
+    runners = [name for name, needs in _RUNNER_NEEDS.items() if has_module(needs[0][0])]
+    if not runners:
+        return [], "no model runner this guard knows is in this vLLM"
+    for name in runners:
+        if why := _unmet(_RUNNER_NEEDS[name]):
+            return runners, f"{name}: {why}"
+    return runners, None
+
+
+def _unmet(needs: tuple[tuple[str, str, str], ...]) -> str | None:
+    """The first source line the guard relies on that this vLLM lacks, or None."""
+    for module, qualname, needle in needs:
+        src = source_without_import(module, qualname)
+        if src is None:
+            return f"{module}.{qualname} is not in this vLLM"
+        if needle not in src:
+            return f"{qualname} no longer has {needle.strip()!r}"
+    return None
 
 
 def apply() -> None:

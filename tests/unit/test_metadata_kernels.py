@@ -116,7 +116,9 @@ def test_prepare_uniform_decode(max_decode_len):
     assert dsl[n:].tolist() == [77, 77]  # rows past the decode tokens are untouched
 
 
-def ref_prefill_chunk(qsl, useq, cu, row_start, qs0, qs1, rank, world, inter, ratio):
+def ref_prefill_chunk(
+    qsl, useq, cu, row_start, qs0, qs1, rank, world, inter, ratio, positions=None
+):
     ks, ke, t2s = {}, {}, {}
     for b in range(len(useq)):
         qs, qe = int(qsl[b]), int(qsl[b + 1])
@@ -125,7 +127,8 @@ def ref_prefill_chunk(qsl, useq, cu, row_start, qs0, qs1, rank, world, inter, ra
             absolute = qs + off
             if not (qs0 <= absolute < qs1):
                 continue
-            length = (start + 1 + off) // ratio
+            context = start + 1 + off if positions is None else int(positions[absolute]) + 1
+            length = context // ratio
             if world > 1:
                 base = (length // inter // world) * inter
                 rem = min(max(length - base * world - rank * inter, 0), inter)
@@ -141,7 +144,8 @@ def ref_prefill_chunk(qsl, useq, cu, row_start, qs0, qs1, rank, world, inter, ra
 @pytest.mark.parametrize("mix", MIXES[1:])
 @pytest.mark.parametrize("qslice", [None, (3, 40)])
 @pytest.mark.parametrize("dcp", [(0, 1, 1), (1, 2, 2)])
-def test_build_prefill_chunk_metadata(ratio, mix, qslice, dcp):
+@pytest.mark.parametrize("sharded", [False, True])
+def test_build_prefill_chunk_metadata(ratio, mix, qslice, dcp, sharded):
     rng = random.Random(len(mix) * 31 + ratio)
     qsl, useq, _ = _batch(rng, mix, 256)
     comp = (useq // ratio).to(torch.int32)
@@ -155,6 +159,12 @@ def test_build_prefill_chunk_metadata(ratio, mix, qslice, dcp):
     ke = torch.full((n_out,), -9, dtype=torch.int32)
     t2s = torch.full((max(int(cu[-1]), 1),), -9, dtype=torch.int32)
     rank, world, inter = dcp
+    # vLLM 0.34's positions (a request's query tokens not its last ones, as under
+    # ShardQ): each token's own position, anywhere below its request's length.
+    positions = None
+    if sharded:
+        lens = torch.repeat_interleave(useq, qsl[1:] - qsl[:-1]).tolist()
+        positions = torch.tensor([rng.randrange(n) for n in lens], dtype=torch.int64)
     eager.build_prefill_chunk_metadata(
         qsl,
         useq,
@@ -170,8 +180,11 @@ def test_build_prefill_chunk_metadata(ratio, mix, qslice, dcp):
         inter,
         num_reqs=len(mix),
         COMPRESS_RATIO=ratio,
+        positions=positions,
     )
-    eks, eke, et2s = ref_prefill_chunk(qsl, useq, cu, cu, qs0, qs1, rank, world, inter, ratio)
+    eks, eke, et2s = ref_prefill_chunk(
+        qsl, useq, cu, cu, qs0, qs1, rank, world, inter, ratio, positions
+    )
     assert ks.tolist() == [eks[i] for i in range(n_out)]
     assert ke.tolist() == [eke[i] for i in range(n_out)]
     assert [int(t2s[j]) for j in sorted(et2s)] == [et2s[j] for j in sorted(et2s)]

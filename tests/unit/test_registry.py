@@ -66,6 +66,14 @@ def test_a_kernel_object_of_another_shape_is_reported_unrecognised(monkeypatch):
     assert "takes ['a', 'b']" in probe.detail
     other = KernelSwap("fake_mod", "_K", "SomethingElse", lambda a, b: None).probe(lambda: None)
     assert other.need is Need.UNRECOGNISED
+    # A replacement written for a later vLLM (one more launch argument, defaulted) also
+    # stands in on the older one; a missing or extra argument without a default does not.
+    newer = KernelSwap("fake_mod", "_K", "CompressedSlotMappingKernel", lambda a, b, c=None: 0)
+    assert newer.probe(lambda: None).need is Need.NEEDED
+    needs_c = KernelSwap("fake_mod", "_K", "CompressedSlotMappingKernel", lambda a, b, c: 0)
+    assert needs_c.probe(lambda: None).need is Need.UNRECOGNISED
+    lacks_b = KernelSwap("fake_mod", "_K", "CompressedSlotMappingKernel", lambda a, c=None: 0)
+    assert lacks_b.probe(lambda: None).need is Need.UNRECOGNISED
 
 
 def test_registry_outcomes_never_fail_silently():

@@ -535,3 +535,20 @@ def test_install_takes_the_lookup_and_refuses_what_vllm_refuses():
 def test_a_preset_guard_error_is_not_a_validation_error_leak():
     with pytest.raises(ValidationError):
         GuardSettings(mode="adaptive", hysteresis=2)
+
+
+def test_the_hook_reads_k_in_every_model_runner_this_vllm_has(monkeypatch):
+    # vLLM 0.32 has both runners (V1 on the CPU, V2 on CUDA); 0.34 only V2 (the matrix).
+    assert hook.runners_taking_k() == (["Model Runner V1", "Model Runner V2"], None)
+    gone = (("vllm.v1.no_such_runner", "Runner.propose", "k"),)
+    monkeypatch.setitem(hook._RUNNER_NEEDS, "Model Runner V1", gone)
+    assert hook.runners_taking_k() == (["Model Runner V2"], None)
+    v2 = hook._RUNNER_NEEDS["Model Runner V2"]
+    changed = ((v2[0][0], v2[0][1], "num_spec_tokens_from_elsewhere"), *v2[1:])
+    monkeypatch.setitem(hook._RUNNER_NEEDS, "Model Runner V2", changed)
+    runners, why = hook.runners_taking_k()
+    assert runners == ["Model Runner V2"]
+    assert why == (
+        "Model Runner V2: GPUModelRunner.execute_model no longer has "
+        "'num_spec_tokens_from_elsewhere'"
+    )
