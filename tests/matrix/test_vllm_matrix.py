@@ -1,13 +1,17 @@
 """Each supported vLLM in its own environment (model_overrides/vllm_matrix.py): every
 patch's probe gives its expected verdict (none unrecognised or failed) and the contract
-check holds. The 0.33 environment is built once under .cache/vllm-matrix (~2 min)."""
+check holds. The 0.33 and 0.34 environments are built once under .cache/vllm-matrix
+(~2 min each)."""
 
 import re
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from model_overrides import vllm_matrix
+from serving.gateway.routes import ROUTES, TABLE
+from tests.support.route_builds import default_and_every_switch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,19 +52,32 @@ def test_every_preset_against_each_versions_own_parser(version: str):
     assert {name: p for name, p in found.items() if p} == {}
 
 
-GATEWAY_APP = """
-from serving.gateway.routes import build_vllm_app
-from serving.preset import load_preset
-app = build_vllm_app(load_preset("h200-flash-mtp").engine_kwargs())
-print("APP " + str(sorted({r.path for r in app.routes})).replace("'", '"'))
-"""
+SIDE_VERSIONS = [name for name, v in vllm_matrix.SUPPORTED.items() if v.side]
 
 
-@pytest.mark.parametrize("version", list(vllm_matrix.SUPPORTED))
-def test_the_gateway_builds_each_versions_openai_app(version: str):
-    # 0.33 moved FrontendArgs to vllm.entrypoints.common.cli_args (serving/vllm_cli_args.py).
-    paths = vllm_matrix.run_json(vllm_matrix.SUPPORTED[version], "APP", "-c", GATEWAY_APP)
-    assert {"/v1/completions", "/v1/chat/completions", "/v1/models"} <= set(paths)
+@pytest.mark.parametrize("version", SIDE_VERSIONS)
+def test_the_route_table_classifies_what_each_version_mounts(version: str):
+    # The project's own vLLM: tests/unit/test_gateway_routes.py. 0.33 moved FrontendArgs
+    # (serving/vllm_cli_args.py); 0.34 moved /fault_tolerance under /v1 and added
+    # /checkpoint/* (with sleep mode) and /v1/decisions.
+    v = vllm_matrix.SUPPORTED[version]
+    python = vllm_matrix.ensure_environment(v)
+    builds = default_and_every_switch(python, vllm_matrix.environment(v))
+    seen = set()
+    for routes in builds.values():
+        paths = {path for path, _ in routes}
+        assert {"/v1/completions", "/v1/chat/completions", "/v1/models"} <= paths
+        unclassified = [
+            (path, methods)
+            for path, methods in routes
+            if (entry := TABLE.match(path)) is None
+            or entry.path != path
+            or not set(methods) <= entry.methods
+        ]
+        assert unclassified == [], f"classify these in serving/gateway/routes.py: {unclassified}"
+        seen |= paths
+    since_this = {r.path for r in ROUTES if r.since and Version(r.since) <= Version(version)}
+    assert since_this <= seen
 
 
 @pytest.mark.parametrize("version", list(vllm_matrix.SUPPORTED))
@@ -95,7 +112,7 @@ def test_the_mtp_draft_loads_only_its_ranks_attention_sink(version: str):
     for rank in range(2):
         got = out["ranks"][str(rank)]
         assert got["values"] == [float(h) for h in range(rank * local, (rank + 1) * local)]
-        assert got["own_loader"] == (version == "0.33.0")  # which branch ran
+        assert got["own_loader"] == (version != "0.32.0")  # which branch ran
 
 
 def test_the_images_default_to_the_declared_vllm():

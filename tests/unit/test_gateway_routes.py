@@ -4,53 +4,27 @@ the replica, no engine), with the defaults and with every setting that mounts mo
 routes turned on. A route vLLM mounts that the table does not classify fails here, so
 a vLLM upgrade cannot open one silently (the gateway denies it meanwhile)."""
 
-import json
-import os
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
+from packaging.version import Version
 
+from model_overrides import vllm_matrix
 from serving.gateway.routes import ROUTES, TABLE, Kind, mounted
-from tests.support.paths import ROOT
+from tests.support.route_builds import default_and_every_switch
 from tests.support.server_process import PYTHON
 
-# Everything vLLM 0.32 mounts only on request (vllm/entrypoints/launchers/api_server/
-# routers.py and the routers it calls).
-EVERY_SWITCH_ENV = {
-    "VLLM_SERVER_DEV_MODE": "1",
-    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
-    "VLLM_ENABLE_COHERE_API": "1",
-}
-EVERY_SWITCH_ARGS = [
-    *("--set", "enable_tokenizer_info_endpoint=true", "--set", "enable_scale_out=true"),
-    *("--set", "enable_fault_tolerance=true", "--set", "enable_elastic_ep=true"),
-    *("--set", "enable_offline_docs=true", "--profiler"),
-]
 # Entries no vLLM build here can mount: the cohere SDK is not installed (vLLM skips the
 # route without it); Ray's own routes are checked below (the earlier layout's ingress)
 # and on the running app (tests/serving/test_serving_app.py).
 NOT_BUILT_HERE = {"/cohere/v2/chat"}
 RAY_OWNED = {r.path for r in ROUTES if r.source.startswith("ray/")}
-
-
-def _mounted(extra: list[str], env: dict[str, str]) -> list[tuple[str, list[str]]]:
-    cmd = [PYTHON, "-m", "serving.gateway.routes", "cpu-tiny", "--json", *extra]
-    out = subprocess.run(
-        cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env}, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return [tuple(item) for item in json.loads(out.stdout.splitlines()[-1])]
+# Routes a later vLLM than the project's mounts: the version matrix builds those.
+PROJECT_VLLM = next(v.vllm for v in vllm_matrix.SUPPORTED.values() if not v.side)
+LATER = {r.path for r in ROUTES if r.since and Version(r.since) > Version(PROJECT_VLLM)}
 
 
 @pytest.fixture(scope="module")
 def builds() -> dict[str, list[tuple[str, list[str]]]]:
-    # Separate processes: vLLM reads its switches from the environment and some
-    # routers keep state between builds.
-    with ThreadPoolExecutor(2) as pool:
-        default = pool.submit(_mounted, [], {})
-        every = pool.submit(_mounted, EVERY_SWITCH_ARGS, EVERY_SWITCH_ENV)
-        return {"default": default.result(), "every-switch": every.result()}
+    return default_and_every_switch(PYTHON)
 
 
 @pytest.mark.parametrize("build", ["default", "every-switch"])
@@ -67,7 +41,7 @@ def test_every_route_vllm_mounts_is_classified(builds, build: str):
 
 def test_every_table_entry_is_mounted_by_some_build(builds):
     seen = {path for routes in builds.values() for path, _ in routes}
-    stale = {r.path for r in ROUTES} - seen - NOT_BUILT_HERE - RAY_OWNED
+    stale = {r.path for r in ROUTES} - seen - NOT_BUILT_HERE - RAY_OWNED - LATER
     assert stale == set(), f"the table lists routes vLLM no longer mounts: {stale}"
 
 
