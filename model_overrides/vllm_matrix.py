@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model_overrides import kernel_library
+
 ROOT = Path(__file__).resolve().parents[1]
 SIDE_ROOT = ROOT / ".cache" / "vllm-matrix"
 DEFAULT = "0.32.0"  # the newest that passed the GPU suite on an H200 (docs/bench-gpu)
@@ -235,6 +237,9 @@ def environment(v: Version) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if v.side:
         env["VLLM_TARGET_DEVICE"] = "cpu"
+        # A CUDA wheel has no CPU kernel library to force (DSV4_CPU_KERNEL_LIBRARY runs
+        # the suite as on a lower CPU; the side environments stay as they are).
+        env.pop(kernel_library.FORCE_ENV, None)
     return env
 
 

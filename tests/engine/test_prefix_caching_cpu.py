@@ -13,6 +13,7 @@ what chunked prefill itself changes in bf16 rounding, cache or no cache (README,
 caching").
 
 Each configuration runs once in a child process (tests/support/prefix_cache_runner.py).
+Where DSV4's ops run eager (3 to 4x slower), only the cases that hit the cache run.
 On this CPU without AMX, or on a lower library, the ``dsv4-cpu-prefix-caching`` patch is
 what keeps prefix caching on; with AMX vLLM keeps it itself.
 """
@@ -29,9 +30,17 @@ from serving.golden import GoldenDesign, write_golden_model
 from tests.support.child_result import child_result
 from tests.support.prefix_cases import CASES, HITTING, check_warm_equals_cold, runner_spec
 
-pytestmark = pytest.mark.slow
+# A slow AVX2 machine runs every case on the eager ops: more than the default 15 minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 HARDWARE = kernel_library.hardware_isa()
-LOWEST = kernel_library.ORDER[-1] if HARDWARE != "avx2" else None
+NATIVE = kernel_library.requested_isa() or HARDWARE  # the library "native" runs load
+LOWEST = kernel_library.ORDER[-1] if NATIVE != "avx2" else None
+# Where DSV4's ops run eager (no `_C`: a CPU without AVX-512 BF16, or a lower library
+# forced), the cases whose warm run starts from a cache hit, one of each kind; all of them
+# on `_C`. Which blocks hit is vLLM's cache manager's choice, the same on every library;
+# what the library changes is the numbers, which every hitting case checks bit for bit.
+EAGER_NATIVE = NATIVE != "avx512_bf16"
+NATIVE_CASES = HITTING if EAGER_NATIVE else tuple(CASES)
 
 
 @pytest.fixture(scope="module")
@@ -63,21 +72,23 @@ def run(
 
 @pytest.mark.parametrize("k", [2, 0])
 def test_native_cache_hits_give_the_cold_tokens_and_log_probs(numeric_dir, k: int):
-    result = run(numeric_dir, "native", k)
+    result = run(numeric_dir, "native", k, names=NATIVE_CASES)
     hits = check_warm_equals_cold(result)
     print(f"native k={k} hits: {hits}")
     # Served from cache where vLLM's rules allow: 1 to 3 blocks (MTP's draft layers
     # recompute the last matched block, so fewer with k > 0); never the prefix of a
     # longer prompt; the third sibling its shared blocks.
-    assert {h // 256 for h in hits.values()} >= ({0, 1, 2} if k else {0, 1, 2, 3}), hits
-    assert hits["prefix-of-longer-800-to-520"] == 0
+    if not EAGER_NATIVE:
+        assert {h // 256 for h in hits.values()} >= ({0, 1, 2} if k else {0, 1, 2, 3}), hits
+        assert hits["prefix-of-longer-800-to-520"] == 0
+    assert all(h >= 256 for h in hits.values()), hits
     assert hits["siblings-600-shared"] == 512
     expected = "not needed" if amx_available() else "applied"  # vLLM keeps it with AMX
     assert result["patches"]["dsv4-cpu-prefix-caching"] == expected
 
 
 def test_native_warm_run_matches_an_unchunked_cold_run(numeric_dir):
-    warm = run(numeric_dir, "native", 2)
+    warm = run(numeric_dir, "native", 2, names=NATIVE_CASES)
     unchunked = run(numeric_dir, "native", 2, chunk=2048, caching=False, names=HITTING)
     assert unchunked["prefix_caching"] is False
     worst = 0.0
@@ -98,11 +109,11 @@ def test_native_warm_run_matches_an_unchunked_cold_run(numeric_dir):
 LOWEST_CASES = ("resend-513", "extend-twice-300-790-to-800")
 
 
-@pytest.mark.skipif(LOWEST is None, reason="an AVX2 CPU runs the lowest library natively")
+@pytest.mark.skipif(LOWEST is None, reason="native is the lowest library here")
 def test_lowest_library_cache_hits_give_the_cold_tokens_and_log_probs(numeric_dir):
     result = run(numeric_dir, LOWEST, 2, names=LOWEST_CASES)
     assert result["library"] == kernel_library.LIBRARIES[LOWEST]
     # Forcing a lower library hides AMX from vLLM: only the patch keeps the cache on.
     assert result["patches"]["dsv4-cpu-prefix-caching"] == "applied"
-    native = check_warm_equals_cold(run(numeric_dir, "native", 2))
+    native = check_warm_equals_cold(run(numeric_dir, "native", 2, names=NATIVE_CASES))
     assert check_warm_equals_cold(result) == {name: native[name] for name in LOWEST_CASES}
