@@ -17,7 +17,9 @@ from serving.golden import GoldenDesign, write_golden_model
 from tests.support.child_result import child_result
 from tests.support.golden_prompts import CPU_MTP_MAX_TOKENS, expected_counters, mtp_prompts
 
-pytestmark = pytest.mark.slow
+# The families run is one engine serving every family: on a slow AVX2 machine (eager ops)
+# it may pass the default 15 minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 DRAFTED = "vllm:spec_decode_num_draft_tokens"
 
