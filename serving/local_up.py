@@ -228,6 +228,10 @@ class LocalRun:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.tracked = descendants()
         self.owns_cluster = any("raylet" in _name(p) for p in self.tracked)
+        # A replica asking for an accelerator type no node has waits for the autoscaler
+        # forever (Ray only logs "No available node types can fulfill ..."): say so now.
+        if why := missing_accelerator(preset, ray.cluster_resources()):
+            raise StartFailed(Cause("no such accelerator", why), code=2)
         self.stages["ray"] = time.monotonic() - started
         step.update(detail="starting Serve's controller and proxy")
         serve.start(http_options=config["http_options"])
@@ -427,6 +431,26 @@ def _created(proc: psutil.Process) -> float:
         return proc.create_time()
     except Exception:
         return 0.0
+
+
+def missing_accelerator(preset: Any, resources: dict[str, float]) -> str | None:
+    """Why Ray cannot place the preset's replica on this cluster's resources (None when
+    it can): the preset asks Ray Serve LLM for ``accelerator_type:<its type>``."""
+    from serving.llm_config import RAY_ACCELERATOR_TYPES
+
+    acc = preset.accelerator
+    if acc.kind == "cpu" or acc.type is None:
+        return None
+    wanted = f"accelerator_type:{RAY_ACCELERATOR_TYPES[acc.type]}"
+    if resources.get(wanted, 0) > 0:
+        return None
+    offered = sorted(k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:"))
+    here = ", ".join(offered) or "no accelerator type"
+    return (
+        f"preset {preset.name!r} asks Ray for {acc.type} GPUs ({wanted}); this node has "
+        f"{here} ({resources.get('GPU', 0):g} GPU): run it on a node with {acc.type} GPUs or use a "
+        "preset for this GPU"
+    )
 
 
 def up(
