@@ -78,10 +78,11 @@ def test_native_cache_hits_give_the_cold_tokens_and_log_probs(numeric_dir, k: in
     # Served from cache where vLLM's rules allow: 1 to 3 blocks (MTP's draft layers
     # recompute the last matched block, so fewer with k > 0); never the prefix of a
     # longer prompt; the third sibling its shared blocks.
-    if not EAGER_NATIVE:
+    if EAGER_NATIVE:  # only cases whose warm run hits
+        assert all(h >= 256 for h in hits.values()), hits
+    else:
         assert {h // 256 for h in hits.values()} >= ({0, 1, 2} if k else {0, 1, 2, 3}), hits
         assert hits["prefix-of-longer-800-to-520"] == 0
-    assert all(h >= 256 for h in hits.values()), hits
     assert hits["siblings-600-shared"] == 512
     expected = "not needed" if amx_available() else "applied"  # vLLM keeps it with AMX
     assert result["patches"]["dsv4-cpu-prefix-caching"] == expected
