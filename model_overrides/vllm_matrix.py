@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model_overrides import kernel_library
-
 ROOT = Path(__file__).resolve().parents[1]
 SIDE_ROOT = ROOT / ".cache" / "vllm-matrix"
 DEFAULT = "0.32.0"  # the newest that passed the GPU suite on an H200 (docs/bench-gpu)
@@ -238,8 +236,11 @@ def environment(v: Version) -> dict[str, str]:
     if v.side:
         env["VLLM_TARGET_DEVICE"] = "cpu"
         # A CUDA wheel has no CPU kernel library to force (DSV4_CPU_KERNEL_LIBRARY runs
-        # the suite as on a lower CPU; the side environments stay as they are).
-        env.pop(kernel_library.FORCE_ENV, None)
+        # the suite as on a lower CPU; the side environments stay as they are). Imported
+        # here: kernel_library imports torch, which the matrix's own process needs nowhere.
+        from model_overrides.kernel_library import FORCE_ENV
+
+        env.pop(FORCE_ENV, None)
     return env
 
 

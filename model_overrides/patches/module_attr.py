@@ -21,12 +21,17 @@ def import_optional(module: str) -> ModuleType | None:
         return None
 
 
+def _spec(module: str) -> Any:
+    """``module``'s import spec, found without importing it; None when it is missing."""
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+
+
 def has_module(module: str) -> bool:
     """Whether this vLLM has ``module``, without importing it."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
+    return _spec(module) is not None
 
 
 def source_without_import(module: str, qualname: str) -> str | None:
@@ -34,10 +39,7 @@ def source_without_import(module: str, qualname: str) -> str | None:
     module's file, without importing the module: some vLLM modules import DSV4's model
     code at import time, which off the CPU must wait for vLLM's config
     (model_overrides/breakable_graphs.py). None when the module or the name is missing."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
+    spec = _spec(module)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None
     with open(spec.origin) as f:

@@ -307,8 +307,12 @@ class RouteTable:
     def unclassified(self, app_routes: list[Any]) -> list[tuple[str, list[str]]]:
         """(path, methods) the app mounts that the table does not classify, or
         classifies with fewer methods."""
+        return self.unclassified_paths(mounted(app_routes))
+
+    def unclassified_paths(self, paths: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+        """The same for (path, methods) pairs, as ``mounted`` gives them."""
         missing = []
-        for path, methods in mounted(app_routes):
+        for path, methods in paths:
             entry = self._exact.get(path) or next((r for r in self.routes if r.path == path), None)
             if entry is None or not set(methods) <= entry.methods:
                 missing.append((path, methods))
