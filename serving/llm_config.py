@@ -7,6 +7,7 @@ from serving.preset import Preset
 
 # Ray's accelerator_type names for the GPUs our presets target.
 RAY_ACCELERATOR_TYPES = {
+    "H100": "H100",  # Ray's own names (ray.util.accelerators)
     "H200": "H200",
     "B200": "B200",
     "GB300": "GB300",

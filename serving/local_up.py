@@ -437,6 +437,7 @@ def missing_accelerator(preset: Any, resources: dict[str, float]) -> str | None:
     """Why Ray cannot place the preset's replica on this cluster's resources (None when
     it can): the preset asks Ray Serve LLM for ``accelerator_type:<its type>``."""
     from serving.llm_config import RAY_ACCELERATOR_TYPES
+    from serving.preset import AMD_TYPES, NVIDIA_TYPES
 
     acc = preset.accelerator
     if acc.kind == "cpu" or acc.type is None:
@@ -446,10 +447,17 @@ def missing_accelerator(preset: Any, resources: dict[str, float]) -> str | None:
         return None
     offered = sorted(k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:"))
     here = ", ".join(offered) or "no accelerator type"
+    same_vendor = NVIDIA_TYPES if acc.kind == "nvidia" else AMD_TYPES
+    known = [t for t in same_vendor if RAY_ACCELERATOR_TYPES[t] in offered]
+    other = (  # a type we know, of the preset's vendor: the preset may run as it is
+        f"--set accelerator.type={known[0]} where the model fits this GPU"
+        if len(known) == 1
+        else "a preset for this GPU"
+    )
     return (
         f"preset {preset.name!r} asks Ray for {acc.type} GPUs ({wanted}); this node has "
-        f"{here} ({resources.get('GPU', 0):g} GPU): run it on a node with {acc.type} GPUs or use a "
-        "preset for this GPU"
+        f"{here} ({resources.get('GPU', 0):g} GPU): run it on a node with {acc.type} GPUs or use "
+        f"{other}"
     )
 
 

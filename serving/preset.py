@@ -20,7 +20,9 @@ from model_overrides.spec_guard_config import GuardSettings
 from serving.bench_model.shapes import released_layers
 
 PRESETS_DIR = Path(__file__).parent / "presets"
-GPUS_PER_NODE = {"H200": 8, "B200": 8, "GB300": 4, "MI300X": 8, "MI355X": 8}
+NVIDIA_TYPES = ("H100", "H200", "B200", "GB300")
+AMD_TYPES = ("MI300X", "MI355X")
+GPUS_PER_NODE = {"H100": 8, "H200": 8, "B200": 8, "GB300": 4, "MI300X": 8, "MI355X": 8}
 
 
 class PresetError(ValueError):
@@ -191,7 +193,7 @@ class Speculation(_Strict):
 
 class Accelerator(_Strict):
     kind: Literal["nvidia", "amd", "cpu"]
-    type: Literal["H200", "B200", "GB300", "MI300X", "MI355X"] | None = None
+    type: Literal["H100", "H200", "B200", "GB300", "MI300X", "MI355X"] | None = None
     per_replica: int = Field(ge=1, description="GPUs (or CPU slots) one replica uses")
     gpu_share: float = Field(
         1.0,
@@ -203,13 +205,7 @@ class Accelerator(_Strict):
 
     @model_validator(mode="after")
     def _type_matches_kind(self) -> Accelerator:
-        vendor = {
-            "H200": "nvidia",
-            "B200": "nvidia",
-            "GB300": "nvidia",
-            "MI300X": "amd",
-            "MI355X": "amd",
-        }
+        vendor = dict.fromkeys(NVIDIA_TYPES, "nvidia") | dict.fromkeys(AMD_TYPES, "amd")
         if self.kind == "cpu" and self.type is not None:
             raise ValueError("a cpu accelerator has no type")
         if self.kind != "cpu" and (self.type is None or vendor[self.type] != self.kind):

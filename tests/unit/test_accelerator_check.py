@@ -16,12 +16,22 @@ def test_a_preset_for_h200_gpus_is_refused_on_an_h100_node_by_name():
     why = missing_accelerator(load_preset("gpu-golden"), H100_NODE)
     assert why == (
         "preset 'gpu-golden' asks Ray for H200 GPUs (accelerator_type:H200); this node has "
-        "H100 (1 GPU): run it on a node with H200 GPUs or use a preset for this GPU"
+        "H100 (1 GPU): run it on a node with H200 GPUs or use --set accelerator.type=H100 "
+        "where the model fits this GPU"
     )
-    assert "no accelerator type (0 GPU)" in missing_accelerator(load_preset("gpu-golden"), CPU_NODE)
+    on_cpu = missing_accelerator(load_preset("gpu-golden"), CPU_NODE)
+    assert on_cpu is not None and on_cpu.endswith(
+        "no accelerator type (0 GPU): run it on a node with H200 GPUs or use a preset for this GPU"
+    )
 
 
 def test_a_node_with_the_type_or_a_cpu_preset_passes():
     assert missing_accelerator(load_preset("gpu-golden"), H200_NODE) is None
     assert missing_accelerator(load_preset("cpu-tiny"), CPU_NODE) is None
     assert missing_accelerator(load_preset("cpu-tiny"), H100_NODE) is None
+
+
+def test_the_type_named_by_the_hint_is_one_the_preset_takes_and_ray_places():
+    preset = load_preset("gpu-golden", [{"accelerator": {"type": "H100"}}])
+    assert missing_accelerator(preset, H100_NODE) is None
+    assert "accelerator_type:H100" in missing_accelerator(preset, H200_NODE)
