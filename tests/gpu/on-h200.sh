@@ -53,13 +53,19 @@ echo "nvcc: $(command -v nvcc || echo none) CUDA_HOME=${CUDA_HOME:-unset}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 work=/root/dsv4-gpu  # kept while the machine is warm: a later call can resume the suite
 mkdir -p "$work"
+# The Ray app asks Ray for the preset's GPU type: on another card than the preset's (an H100
+# lent in place of an H200) the smoke names the card it has.
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+smoke_sets=()
+case $gpu_name in *H100*) smoke_sets=(--set accelerator.type=H100) ;; esac
 case $step in
 suite)
     rm -rf "$work/smoke"
     # Beside the suite's engines: a fixed KV budget, so their starts and stops cannot upset
     # this engine's memory profile (vLLM's free-memory checks, tests/gpu/jobs.py).
     timeout "${SMOKE_TIMEOUT:-420}" python3 -m tests.gpu.serve_smoke --out "$work/smoke" \
-        --deadline 400 --set engine_args.kv_cache_memory_bytes=2147483648 \
+        --deadline 400 "${smoke_sets[@]}" --set engine_args.kv_cache_memory_bytes=2147483648 \
         --set engine_args.gpu_memory_utilization=0.1 > "$work/smoke.log" 2>&1 &
     smoke=$!
     # And the FP8 job's fault, located: its engine in variants, eager, launches blocking.
@@ -183,6 +189,21 @@ realwidth)
     # The job outlives this call: it runs from its own copy of the checkout, which the
     # next call's copy of the working tree cannot change under it.
     cp -r serving model_overrides tests pyproject.toml "$work/src/"
+    if [ "$gpu_mib" -lt 100000 ]; then
+        # An 80 GB card holds four 3-layer engines (~16 GB each) and two at 6 layers, not
+        # six and two at 12: the job's defaults are for an H200's 141 GB.
+        export KINDS_A=${KINDS_A:-vllm-k0 vllm-k1 vllm-k2 vllm-guard}
+        export DEPTH_B=${DEPTH_B:-6} KV_GIB_B=${KV_GIB_B:-6}
+    fi
+    # With RAY_SMOKE=1 the Ray app smoke runs beside it (its engine holds ~4 GB), started
+    # first so that it is done before the bench's load cells.
+    if [ "${RAY_SMOKE:-0}" = 1 ]; then
+        rm -rf "$work/smoke"
+        (setsid nohup timeout "${SMOKE_TIMEOUT:-600}" python3 -m tests.gpu.serve_smoke \
+            --out "$work/smoke" --deadline 560 --ready-timeout 480 "${smoke_sets[@]}" \
+            --set engine_args.kv_cache_memory_bytes=2147483648 \
+            --set engine_args.gpu_memory_utilization=0.05 > "$work/smoke.log" 2>&1 < /dev/null &)
+    fi
     (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
         tests/gpu/realwidth.sh "$work/realwidth" "$work/jit" \
         > "$work/realwidth/job.log" 2>&1 < /dev/null &)
@@ -194,6 +215,11 @@ realwidth-wait)
         sleep 10
     done
     tail -30 "$work/realwidth/job.log"
+    if [ -d "$work/smoke" ]; then
+        tail -8 "$work/smoke.log"
+        cp "$work/smoke.log" "$work/smoke/" 2>/dev/null
+        tar czf "$OUT/smoke.tgz" -C "$work" smoke
+    fi
     tar czf "$OUT/realwidth.tgz" --exclude='logs' -C "$work" realwidth
     tar czf "$OUT/realwidth-logs.tgz" -C "$work/realwidth" $(cd "$work/realwidth" && ls -d */logs 2>/dev/null)
     ;;

@@ -253,9 +253,21 @@ class App:
             cmdline = " ".join(proc.info.get("cmdline") or [])
             if proc.info.get("status") == psutil.STATUS_ZOMBIE or pid in self.before:
                 continue
-            if pid in self.descendants or (OURS.search(cmdline) and pid != os.getpid()):
+            if pid in self.descendants or (OURS.search(cmdline) and self._orphan_of_ours(proc)):
                 found.append({"pid": pid, "cmdline": cmdline[:300]})
         return found
+
+    def _orphan_of_ours(self, proc: psutil.Process) -> bool:
+        """A Ray or vLLM process not seen as a descendant is ours only when it is in
+        `up`'s session or was orphaned (reparented to init): another job's engine on the
+        same machine, whose parent lives, is not."""
+        assert self.proc is not None
+        try:
+            return proc.pid != os.getpid() and (
+                os.getsid(proc.pid) == self.proc.pid or proc.ppid() in (0, 1)
+            )
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            return False
 
 
 ENDPOINTS = ["ray", "gateway", "api"]  # Ray's export, the gateway, the API port's /metrics
