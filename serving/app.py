@@ -58,6 +58,11 @@ def build(args: dict[str, Any]) -> Any:
         key_max_concurrent=preset.deployment.per_key.max_concurrent,
         key_tokens_per_minute=preset.deployment.per_key.tokens_per_minute,
     )
+    if preset.disaggregation:
+        from serving.disagg.app import build_pd_engines
+
+        decode, decode_config = build_pd_engines(preset, source)
+        return _with_ingress(decode_config, gateway, decode)
     if preset.serving.path == "direct":
         return _direct(config, gateway, preset)
     return _with_ingress(config, gateway)
@@ -97,8 +102,9 @@ def _direct(config: Any, gateway: Any, preset: Preset) -> Any:
     return app
 
 
-def _with_ingress(config: Any, gateway: Any) -> Any:
-    """The earlier layout: Ray Serve LLM's OpenAI ingress replica in front of LLMServer."""
+def _with_ingress(config: Any, gateway: Any, engine: Any = None) -> Any:
+    """Ray Serve LLM's OpenAI ingress replica, in our gateway, in front of the engine
+    deployment: one LLMServer (the earlier layout), or the decode side of P/D."""
     from ray import serve
     from ray.serve.llm import build_llm_deployment
     from ray.serve.llm.ingress import make_fastapi_ingress
@@ -117,7 +123,7 @@ def _with_ingress(config: Any, gateway: Any) -> Any:
         serve.deployment(ingress_cls)
         .options(**options)
         .bind(
-            llm_deployments={config.model_id: build_llm_deployment(config)},
+            llm_deployments={config.model_id: engine or build_llm_deployment(config)},
             model_cards={config.model_id: to_model_metadata(config.model_id, config)},
             gateway=gateway.model_dump(),
         )

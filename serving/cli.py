@@ -95,8 +95,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"speculation guard: {preset.speculation.guard.describe()}")
     print("resolved vLLM engine arguments:")
     print(json.dumps(preset.engine_kwargs(), indent=2, sort_keys=True))
+    source = resolve_model_source(preset)
+    if pd := preset.disaggregation:
+        from serving.disagg.configs import pd_llm_configs
+
+        print(
+            f"disaggregation: {pd.prefill.replicas} prefill and {pd.decode.replicas} decode "
+            f"replicas over {pd.connector}, MTP on {pd.mtp_on}"
+        )
+        print("Ray Serve LLM P/D configs:")
+        print(json.dumps(pd_llm_configs(preset, source), indent=2, sort_keys=True))
+        return 0
     print("Ray Serve LLM config:")
-    print(json.dumps(llm_config(preset, resolve_model_source(preset)), indent=2, sort_keys=True))
+    print(json.dumps(llm_config(preset, source), indent=2, sort_keys=True))
     return 0
 
 

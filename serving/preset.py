@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from model_overrides.engine_status import WORKER_EXTENSION
 from model_overrides.spec_guard_config import GuardSettings
 from serving.bench_model.shapes import released_layers
+from serving.disagg.section import Disaggregation
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 NVIDIA_TYPES = ("H100", "H200", "B200", "GB300")
@@ -372,6 +373,9 @@ class Preset(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     deployment: Deployment
     serving: Serving = Serving()
+    disaggregation: Disaggregation | None = Field(
+        None, description="prefill and decode on separate engines (serving/disagg)"
+    )
     monitoring: Monitoring = Monitoring()
 
     @model_validator(mode="after")
@@ -418,6 +422,8 @@ class Preset(_Strict):
                 f"a bench model has no weights: engine_args.load_format must be 'dummy' "
                 f"(or unset), got {self.engine_args['load_format']!r}"
             )
+        if self.disaggregation:
+            self._check_disaggregation()
         reserved = {"speculative_config", "tensor_parallel_size", "pipeline_parallel_size", "model"}
         clash = reserved & set(self.engine_args)
         if clash:
@@ -425,6 +431,34 @@ class Preset(_Strict):
                 f"engine_args must not set {sorted(clash)}: use speculation/parallelism/model"
             )
         return self
+
+    def _check_disaggregation(self) -> None:
+        pd, acc = self.disaggregation, self.accelerator
+        assert pd is not None
+        where = "disaggregation"
+        if self.serving.path != "ingress":
+            raise ValueError(
+                f"{where} needs serving.path 'ingress': the client's request goes to the "
+                "decode engines through Ray Serve LLM's OpenAI ingress"
+            )
+        if self.deployment.autoscaling:
+            raise ValueError(
+                f"{where} sets replicas per role (prefill.replicas, decode.replicas) and "
+                "does not autoscale yet: drop deployment.autoscaling (--set "
+                "deployment.autoscaling=null)"
+            )
+        if self.parallelism.data > 1:
+            raise ValueError(f"{where} with parallelism.data > 1 is not supported")
+        if "kv_transfer_config" in self.engine_args:
+            raise ValueError(f"{where} sets engine_args.kv_transfer_config itself")
+        for role in ("prefill", "decode"):
+            share = getattr(pd, role).gpu_share
+            if share is not None and share < 1 and (acc.kind == "cpu" or acc.per_replica != 1):
+                raise ValueError(
+                    f"{where}.{role}.gpu_share below 1 needs a GPU accelerator with per_replica 1"
+                )
+        if pd.kv_buffer_device == "cuda" and acc.kind == "cpu":
+            raise ValueError(f"{where}.kv_buffer_device 'cuda' on a cpu accelerator")
 
     def engine_env(self) -> dict[str, str]:
         """The engine's environment: the preset's, the guard's settings (adaptive), and a

@@ -1,12 +1,15 @@
 """Every private Ray import of the project, in one place, behind a version check.
 
-The public API (``ray.serve.llm``) is not enough for three things, so each is taken
+The public API (``ray.serve.llm``) is not enough for four things, so each is taken
 from Ray Serve LLM's internals, for the Ray release below only:
 - ``CallbackBase``: ``LLMConfig.callback_config`` accepts a callback class, but the
   base class a callback must extend (it owns the context that says whether to run the
   node-initialisation task) is not exported.
 - the OpenAI ingress's FastAPI app and ``to_model_metadata``: needed only by the
   earlier layout (``serving.path: ingress``), which wraps that app in our gateway.
+- ``PDServingArgs``: Ray Serve LLM's checks and defaults for prefill/decode configs
+  (both roles one model, a KV connector each, decode's NIXL port base), which only its
+  ``build_pd_openai_app`` applies; that builder cannot put our gateway in front.
 - ``LLMRouter`` and ``Application._with_ingress_request_router``: the ingress router
   HAProxy asks for each request's replica (``serving.routing: prefix``). Ray Serve LLM
   attaches it only inside ``build_openai_app`` (core/ingress/builder.py
@@ -37,6 +40,9 @@ from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E4
 )
 from ray.llm._internal.serve.core.ingress.ingress import init as openai_ingress_app  # noqa: E402
 from ray.llm._internal.serve.core.ingress.router import LLMRouter  # noqa: E402
+from ray.llm._internal.serve.serving_patterns.prefill_decode.builder import (  # noqa: E402
+    PDServingArgs,
+)
 
 
 def ingress_request_router(server: Any, replicas: int) -> Any:
@@ -65,6 +71,7 @@ class SkipNodeInit(CallbackBase):
 
 
 __all__: list[Any] = [
+    "PDServingArgs",
     "SkipNodeInit",
     "ingress_request_router",
     "openai_ingress_app",

@@ -1,0 +1,81 @@
+"""The prefill and decode engines' Ray Serve LLM configs: the preset's engine, one KV
+connector for both, MTP where the preset's section puts it, each role's replica count and
+GPU share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packaging.version import Version
+
+from serving.llm_config import llm_config
+from serving.preset import Preset
+
+# vLLM's names for the connectors (vllm/distributed/kv_transfer/kv_connector/factory.py).
+CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector"}
+# NIXL de-duplicated KV regions by base address alone before this release, so DSV4's
+# compressor state, indexer and sliding-window caches aliased and decode read garbage
+# (vllm-project/vllm#57661; 0.34 keys regions on base address and block length).
+NIXL_DSV4_FIXED_IN = Version("0.34.0")
+
+
+def connector_problem(preset: Preset, vllm_version: str) -> str | None:
+    """Why this vLLM cannot serve the preset disaggregated (None when it can)."""
+    pd = preset.disaggregation
+    if pd is None or pd.connector != "nixl":
+        return None
+    if Version(vllm_version).release < NIXL_DSV4_FIXED_IN.release:
+        return (
+            f"disaggregation over NIXL needs vLLM >= {NIXL_DSV4_FIXED_IN} for DeepSeek-V4, "
+            f"found {vllm_version}: earlier NIXL aliases DSV4's KV cache groups and decode "
+            "returns wrong text (vllm-project/vllm#57661); use an image on vLLM "
+            f"{NIXL_DSV4_FIXED_IN} or connector 'mooncake'"
+        )
+    return None
+
+
+def kv_transfer_config(preset: Preset) -> dict[str, Any]:
+    """vLLM's KVTransferConfig for both roles (each engine may send and receive)."""
+    pd = preset.disaggregation
+    assert pd is not None
+    device = pd.kv_buffer_device
+    if device == "auto":
+        device = "cpu" if preset.accelerator.kind == "cpu" else "cuda"
+    config: dict[str, Any] = {
+        "kv_connector": CONNECTORS[pd.connector],
+        "kv_role": "kv_both",
+        "kv_buffer_device": device,
+    }
+    if pd.connector == "nixl" and pd.mtp_on == "decode" and preset.speculation.method != "none":
+        # NIXL's handshake compares the engines' speculative configs; a prefill engine
+        # without the drafter differs from decode on purpose
+        # (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py).
+        config["kv_connector_extra_config"] = {"enforce_handshake_compat": False}
+    return config
+
+
+def _role_config(preset: Preset, source: str, role: str) -> dict[str, Any]:
+    pd = preset.disaggregation
+    assert pd is not None
+    settings = getattr(pd, role)
+    share = settings.gpu_share or preset.accelerator.gpu_share
+    role_preset = preset.model_copy(
+        update={
+            "accelerator": preset.accelerator.model_copy(update={"gpu_share": share}),
+            "deployment": preset.deployment.model_copy(update={"replicas": settings.replicas}),
+        }
+    )
+    config = llm_config(role_preset, source)
+    kwargs = config["engine_kwargs"]
+    kwargs["kv_transfer_config"] = kv_transfer_config(preset)
+    if role == "prefill" and pd.mtp_on == "decode":
+        kwargs.pop("speculative_config", None)
+    return config
+
+
+def pd_llm_configs(preset: Preset, source: str) -> dict[str, dict[str, Any]]:
+    """``prefill_config`` and ``decode_config`` as Ray Serve LLM's P/D builder takes them."""
+    return {
+        "prefill_config": _role_config(preset, source, "prefill"),
+        "decode_config": _role_config(preset, source, "decode"),
+    }

@@ -1,0 +1,48 @@
+"""The preset section that turns one engine deployment into prefill and decode ones."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Role(_Strict):
+    """One side of the split: its replica count and, on a shared GPU, its share."""
+
+    replicas: int = Field(1, ge=1, description="engine replicas of this role")
+    gpu_share: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="share of one GPU each replica asks Ray for (one-GPU replicas); "
+        "default: accelerator.gpu_share. Prefill and decode at 0.45 share one GPU",
+    )
+
+
+class Disaggregation(_Strict):
+    """Prefill replicas compute the prompt's KV and hand it to decode replicas over a KV
+    connector (Ray Serve LLM's P/D pattern: the client's request goes to decode, which
+    asks prefill for one token first)."""
+
+    connector: Literal["nixl", "mooncake"] = Field(
+        "nixl",
+        description="vLLM's KV connector: nixl (NixlConnector, needs vLLM >= 0.34 for "
+        "DSV4) or mooncake (MooncakeConnector); both carry the hybrid KV cache's groups",
+    )
+    prefill: Role = Role()
+    decode: Role = Role()
+    mtp_on: Literal["decode", "both"] = Field(
+        "decode",
+        description="where the MTP drafter runs: decode only (prefill computes no drafts; "
+        "the handshake's speculative-config check is relaxed for it) or both",
+    )
+    kv_buffer_device: Literal["auto", "cuda", "cpu"] = Field(
+        "auto",
+        description="where the connector stages KV: auto is the GPU on GPU presets and "
+        "host memory on the CPU backend",
+    )

@@ -1,0 +1,134 @@
+"""Prefill/decode disaggregation up to the engine: the preset section's checks, the KV
+connector config as vLLM's own ``KVTransferConfig`` and connector registry read it, and
+the Serve application as Ray builds it (``build_app``, what ``serve run`` and KubeRay do
+first) beside the one Ray Serve LLM's ``build_pd_openai_app`` makes of the same configs."""
+
+from typing import Any
+
+import pytest
+import vllm
+from ray.serve._private.build_app import build_app
+from ray.serve.llm import build_pd_openai_app
+from vllm.config import KVTransferConfig
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+from serving.app import build
+from serving.build_args import resolve
+from serving.disagg.configs import connector_problem, pd_llm_configs
+from serving.llm_config import resolve_model_source
+from serving.preset import PresetError, load_preset, parse_set
+
+PD_SETS = ["serving.path=ingress", "deployment.autoscaling=null"]
+
+
+def pd_preset(name: str = "h200-flash-mtp", *sets: str):
+    return load_preset(name, [parse_set(s) for s in (*PD_SETS, *sets)])
+
+
+@pytest.mark.parametrize(
+    ("name", "sets", "message"),
+    [
+        ("cpu-tiny", ["disaggregation.decode.replicas=2"], "needs serving.path 'ingress'"),
+        (
+            "h200-flash-mtp",
+            ["serving.path=ingress", "disaggregation.connector=nixl"],
+            "does not autoscale yet: drop deployment.autoscaling",
+        ),
+        ("cpu-tiny", [*PD_SETS, "disaggregation.connector=rdma"], "'nixl' or 'mooncake'"),
+        ("cpu-tiny", [*PD_SETS, "disaggregation.prefill.gpu_share=0.5"], "needs a GPU"),
+        ("cpu-tiny", [*PD_SETS, "disaggregation.kv_buffer_device=cuda"], "on a cpu accelerator"),
+        ("cpu-tiny", [*PD_SETS, "disaggregation.decode.replicas=0"], "greater than or equal to 1"),
+        (
+            "cpu-tiny",
+            [*PD_SETS, "disaggregation.mtp_on=both", "engine_args.kv_transfer_config={}"],
+            "sets engine_args.kv_transfer_config itself",
+        ),
+    ],
+)
+def test_a_bad_section_is_refused_by_name(name: str, sets: list[str], message: str):
+    with pytest.raises(PresetError, match=message):
+        load_preset(name, [parse_set(s) for s in sets])
+
+
+@pytest.mark.parametrize("connector", ["nixl", "mooncake"])
+@pytest.mark.parametrize("mtp_on", ["decode", "both"])
+def test_both_roles_get_a_connector_vllm_knows_and_mtp_where_asked(connector: str, mtp_on: str):
+    preset = pd_preset(
+        "h200-flash-mtp",
+        f"disaggregation.connector={connector}",
+        f"disaggregation.mtp_on={mtp_on}",
+        "disaggregation.prefill.replicas=3",
+    )
+    configs = pd_llm_configs(preset, "/models/flash")
+    prefill, decode = configs["prefill_config"], configs["decode_config"]
+    for config in (prefill, decode):
+        kv = KVTransferConfig(**config["engine_kwargs"]["kv_transfer_config"])
+        assert kv.kv_connector in KVConnectorFactory._registry
+        assert kv.is_kv_producer and kv.is_kv_consumer
+        assert kv.kv_buffer_device == "cuda"
+        # What NixlConnector's worker reads (nixl/base_worker.py, enforce_compat_hash):
+        # relaxed only where the engines' speculative configs differ on purpose.
+        relaxed = connector == "nixl" and mtp_on == "decode"
+        assert kv.get_from_extra_config("enforce_handshake_compat", True) is not relaxed
+    assert decode["engine_kwargs"]["speculative_config"]["method"] == "mtp"
+    assert ("speculative_config" in prefill["engine_kwargs"]) is (mtp_on == "both")
+    assert prefill["deployment_config"]["num_replicas"] == 3
+    assert decode["deployment_config"]["num_replicas"] == 1
+
+
+def test_a_role_on_a_shared_gpu_asks_ray_and_vllm_for_its_share():
+    preset = pd_preset(
+        "gpu-golden",
+        "disaggregation.prefill.gpu_share=0.45",
+        "disaggregation.decode.gpu_share=0.45",
+    )
+    for config in pd_llm_configs(preset, "/models/golden").values():
+        assert config["placement_group_config"]["bundles"] == [{"GPU": 0.45, "CPU": 1}]
+        assert config["runtime_env"]["env_vars"]["VLLM_RAY_PER_WORKER_GPUS"] == "0.45"
+
+
+def test_the_cpu_backend_stages_kv_in_host_memory():
+    configs = pd_llm_configs(
+        pd_preset("cpu-tiny", "disaggregation.connector=nixl"), "/models/golden"
+    )
+    kv = configs["decode_config"]["engine_kwargs"]["kv_transfer_config"]
+    assert kv["kv_buffer_device"] == "cpu"
+
+
+def _graph(args: dict[str, Any] | Any) -> list[dict[str, Any]]:
+    built = build_app(args, name="dsv4")
+    return [
+        {
+            "name": d.name,
+            "class": d.func_or_class.__name__,
+            "replicas": d._deployment_config.num_replicas,
+            "bundles": d._replica_config.placement_group_bundles,
+            "strategy": d._replica_config.placement_group_strategy,
+        }
+        for d in built.deployments
+    ]
+
+
+def test_the_app_is_ray_s_p_d_graph_with_our_gateway_as_its_ingress():
+    sets = [*PD_SETS, "disaggregation.connector=mooncake", "disaggregation.prefill.replicas=2"]
+    args = {"preset": "h200-flash-mtp", "set": sets}
+    ours = _graph(build(args))
+    _, preset = resolve(args)
+    theirs = _graph(build_pd_openai_app(pd_llm_configs(preset, resolve_model_source(preset))))
+    assert [d["class"] for d in ours] == ["PDPrefillServer", "PDDecodeServer", "Dsv4Ingress"]
+    assert ours[:2] == theirs[:2]  # prefill and decode exactly as Ray's builder makes them
+    assert [d["replicas"] for d in ours] == [2, 1, 1]
+    assert len(ours[0]["bundles"]) == preset.accelerator.per_replica
+
+
+def test_nixl_before_0_34_is_refused_naming_the_upstream_bug():
+    preset = pd_preset("h200-flash-mtp", "disaggregation.connector=nixl")
+    assert connector_problem(preset, "0.34.0") is None
+    assert connector_problem(preset, "0.34.1+cu130") is None
+    assert "vllm-project/vllm#57661" in (connector_problem(preset, "0.33.0") or "")
+    mooncake = pd_preset("h200-flash-mtp", "disaggregation.connector=mooncake")
+    assert connector_problem(mooncake, "0.32.0") is None
+    # The installed vLLM is 0.32: the builder refuses, before any replica starts.
+    assert vllm.__version__.startswith("0.32")
+    with pytest.raises(ValueError, match="needs vLLM >= 0.34.0 for DeepSeek-V4, found 0.32"):
+        build({"preset": "h200-flash-mtp", "set": [*PD_SETS, "disaggregation.connector=nixl"]})
