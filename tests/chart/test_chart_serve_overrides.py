@@ -40,6 +40,11 @@ def test_overrides_reach_the_preset_and_set_wins(tmp_path: Path):
         ({"deployment": {"replicas": 3}}, "serve.overrides.deployment.replicas: the chart sets"),
         ({"model": {"source": "/x"}}, "serve.overrides.model.source: the chart sets"),
         ({"parallelism": {"tensor": 4}}, "serve.overrides.parallelism: the chart sets"),
+        (
+            {"disaggregation": {"connector": "nixl"}},
+            "serve.overrides.disaggregation: the chart sets disaggregation itself; the chart "
+            "has one worker group",
+        ),
     ],
 )
 def test_keys_the_chart_owns_are_refused(tmp_path: Path, overrides: dict, message: str):

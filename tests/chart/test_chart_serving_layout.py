@@ -82,6 +82,7 @@ def test_serve_routing_reaches_the_serve_config_and_every_ray_pod(routing: str, 
         ("serving.path=ingress", "the chart sets serving.path itself"),
         ("serving.routing=prefix", "the chart sets serving.routing itself; use serve.routing"),
         ("serving.prefix.body_limit_bytes=65536", "sets serving.prefix.body_limit_bytes itself"),
+        ("disaggregation.decode.replicas=2", "not prefill and decode groups"),
     ],
 )
 def test_serve_set_cannot_switch_the_layout(item: str, message: str, tmp_path: Path):
