@@ -13,7 +13,9 @@
 # Environment: DEEP_GEMM_WARMUP (vLLM's VLLM_DEEP_GEMM_WARMUP, default skip: DeepGEMM's
 # kernels compile when first used rather than ~13 min up front on a fresh H200),
 # JIT_WARMUP=0 (vLLM's own JIT kernel warm-up off: kernel_config.enable_jit_warmup; on a
-# fresh H200 it took 499 s at 3 layers, 171 keys, mostly TileLang's mHC kernels),
+# fresh H200 it took 499 s at 3 layers, 171 keys, mostly TileLang's mHC kernels; off, those
+# kernels compile during CUDA-graph capture instead, one per captured size, 13-15 s each on
+# an H100 with vLLM 0.34: it is the kept cache directory that shortens a start),
 # BUDGET_A/BUDGET_B (seconds for each depth: the first engine on a fresh machine needs
 # ~12 min of the first), ROUNDS_A/ROUNDS_B, DEPTH_A/DEPTH_B, KINDS_A/KINDS_B,
 # KV_GIB_A/KV_GIB_B (each engine's KV cache: 2 GiB held 154,814 tokens at 3 layers but
