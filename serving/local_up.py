@@ -214,8 +214,7 @@ class LocalRun:
         import ray
         from ray import serve
 
-        # Ray's own scheduling needs headroom beyond the engine's CPU bundle (ingress, proxy).
-        cpus = self.num_cpus or max(4, os.cpu_count() or 1)
+        cpus = self.num_cpus or local_ray_cpus(preset)
         context = ray.init(
             num_cpus=cpus,
             include_dashboard=False,
@@ -431,6 +430,15 @@ def _created(proc: psutil.Process) -> float:
         return proc.create_time()
     except Exception:
         return 0.0
+
+
+def local_ray_cpus(preset: Any) -> int:
+    """Logical CPUs for the local Ray node: each engine replica takes two (Ray Serve
+    LLM's first bundle holds the replica actor and a rank) and the ingress and proxy need
+    headroom; Ray's CPUs are a scheduling count, so more than the machine has is fine."""
+    pd = preset.disaggregation
+    engines = pd.prefill.replicas + pd.decode.replicas if pd else preset.deployment.replicas
+    return max(4, os.cpu_count() or 1, 2 * engines + 2)
 
 
 def missing_accelerator(preset: Any, resources: dict[str, float]) -> str | None:

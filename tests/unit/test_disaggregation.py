@@ -132,3 +132,21 @@ def test_nixl_before_0_34_is_refused_naming_the_upstream_bug():
     assert vllm.__version__.startswith("0.32")
     with pytest.raises(ValueError, match="needs vLLM >= 0.34.0 for DeepSeek-V4, found 0.32"):
         build({"preset": "h200-flash-mtp", "set": [*PD_SETS, "disaggregation.connector=nixl"]})
+
+
+def test_a_local_ray_node_has_cpus_for_every_engine_and_the_ingress():
+    import os
+
+    from serving.local_up import local_ray_cpus
+
+    preset = pd_preset("cpu-tiny", "disaggregation.prefill.replicas=3")
+    # Ray Serve LLM's first bundle holds the replica actor with a rank: 2 CPUs an engine.
+    assert local_ray_cpus(preset) == max(4, os.cpu_count() or 1, 2 * 4 + 2)
+    assert local_ray_cpus(load_preset("cpu-tiny")) == max(4, os.cpu_count() or 1)
+
+
+def test_nixl_on_the_cpu_backend_is_not_gated():
+    # One region of whole packed rows there: disaggregated text equals one engine's
+    # (tests/serving/test_disaggregation_cpu.py).
+    preset = pd_preset("cpu-tiny", "disaggregation.connector=nixl")
+    assert connector_problem(preset, "0.32.0") is None
