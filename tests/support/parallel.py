@@ -27,6 +27,7 @@ import pytest
 ONE_AT_A_TIME = "ray-and-haproxy"
 ONE_AT_A_TIME_PATHS = (
     "tests/serving/test_console_and_stop.py",
+    "tests/serving/test_disaggregation_cpu.py",
     "tests/serving/test_key_limits.py",
     "tests/serving/test_prefix_routing.py",
     "tests/serving/test_reliability.py",

@@ -1,0 +1,124 @@
+"""Prefill/decode disaggregation served by the Ray Serve app on the CPU: `dsv4-serve up
+cpu-tiny` with a `disaggregation` section (one prefill and one decode engine, KV over NIXL
+in host memory, MTP k=2 on decode only) behind our ingress and gateway, through the
+official openai client. The checkpoint is the golden model's "numeric" variant, whose
+attention, compressor and indexer reach the logits, so decode text built on wrong KV would
+differ; the reference is one engine alone on the same checkpoint.
+
+Every engine here runs one OpenMP thread on one core (VLLM_CPU_OMP_THREADS_BIND): vLLM gives
+a NIXL engine two threads where a plain engine gets one, and bf16 sums differ with the
+thread count."""
+
+import json
+import os
+import random
+import time
+
+import openai
+import pytest
+
+from serving.golden import GoldenDesign, write_golden_model
+from tests.support.child_result import child_result
+from tests.support.parallel import BIND
+from tests.support.prom_samples import scrape, total
+from tests.support.ray_app import ray_app
+
+pytestmark = pytest.mark.slow
+
+KEY = "test-key-pd-0123456789"
+MODEL = "dsv4-golden"
+MAX_TOKENS = 24
+# The core this xdist worker binds its engines to (tests/support/parallel.py), else 0.
+THREADS = {BIND: os.environ.get(BIND) or "0"}
+EXTERNAL = "ray_vllm_prompt_tokens_by_source_total"
+
+
+def prompts() -> dict[str, str]:
+    words, rng = GoldenDesign().words, random.Random(1)
+    return {
+        "short": " ".join(words[10:12]),
+        "mid": " ".join(rng.choice(words) for _ in range(40)),
+        "medium": " ".join(rng.choice(words) for _ in range(300)),
+        # over max_num_batched_tokens (2048): prefill takes two chunks
+        "long": " ".join(rng.choice(words) for _ in range(2600)),
+    }
+
+
+@pytest.fixture(scope="module")
+def numeric_dir(tmp_path_factory: pytest.TempPathFactory):
+    return write_golden_model(
+        tmp_path_factory.mktemp("golden-numeric"), GoldenDesign(variant="numeric")
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(numeric_dir) -> dict[str, str]:
+    names, texts = list(prompts()), list(prompts().values())
+    out = child_result(
+        "tests.support.aggregated_runner",
+        str(numeric_dir),
+        json.dumps(texts),
+        str(MAX_TOKENS),
+        env=THREADS,
+    )
+    return dict(zip(names, out, strict=True))
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory, numeric_dir, reference):
+    sets = [
+        "serving.path=ingress",
+        "disaggregation.connector=nixl",
+        f"model.source={numeric_dir}",
+        f'env.{BIND}="{THREADS[BIND]}"',
+    ]
+    extra = [arg for item in sets for arg in ("--set", item)]
+    with ray_app(tmp_path_factory.mktemp("pd-app") / "up.log", KEY, extra=extra) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def served(app) -> dict[str, openai.types.Completion]:
+    client = openai.OpenAI(base_url=app["base"] + "/v1", api_key=KEY, max_retries=0, timeout=600)
+    return {
+        name: client.completions.create(
+            model=MODEL,
+            prompt=text,
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
+        for name, text in prompts().items()
+    }
+
+
+def test_the_app_runs_prefill_and_decode_engines_behind_the_ingress(app):
+    text = app["log"].read_text()
+    assert "serving path ingress" in text
+    for deployment in ("Prefill:dsv4-golden", "Decode:dsv4-golden", "Dsv4Ingress"):
+        assert deployment in text
+
+
+@pytest.mark.parametrize("name", list(prompts()))
+def test_disaggregated_text_is_one_engine_s_text(served, reference, name: str):
+    answer = served[name]
+    assert answer.usage.completion_tokens == MAX_TOKENS
+    assert answer.choices[0].text == reference[name]
+
+
+def test_decode_took_every_prompt_token_from_prefill_over_nixl(app, served):
+    prompt_tokens = sum(answer.usage.prompt_tokens for answer in served.values())
+    assert prompt_tokens > 2600
+    # Ray exports the engines' counters every few seconds: wait for the last requests'.
+    deadline = time.monotonic() + 60
+    while True:
+        samples = scrape(f"http://127.0.0.1:{app['ports']['ray']}/metrics")
+        moved = total(samples, EXTERNAL, source="external_kv_transfer")
+        if moved >= prompt_tokens or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert moved == prompt_tokens
+    assert total(samples, "ray_vllm_nixl_xfer_time_seconds_count") >= len(served)
+    assert total(samples, "ray_vllm_nixl_bytes_transferred_sum") > 0
+    # Prefill computed each prompt once; decode computed none of it.
+    assert total(samples, EXTERNAL, source="local_compute") == prompt_tokens
