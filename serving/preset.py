@@ -452,13 +452,22 @@ class Preset(_Strict):
         if "kv_transfer_config" in self.engine_args:
             raise ValueError(f"{where} sets engine_args.kv_transfer_config itself")
         for role in ("prefill", "decode"):
-            share = getattr(pd, role).gpu_share
-            if share is not None and share < 1 and (acc.kind == "cpu" or acc.per_replica != 1):
-                raise ValueError(
-                    f"{where}.{role}.gpu_share below 1 needs a GPU accelerator with per_replica 1"
-                )
+            try:
+                self.role_accelerator(role)
+            except ValidationError as exc:
+                why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+                raise ValueError(f"{where}.{role}: {why}") from None
         if pd.kv_buffer_device == "cuda" and acc.kind == "cpu":
             raise ValueError(f"{where}.kv_buffer_device 'cuda' on a cpu accelerator")
+
+    def role_accelerator(self, role: str) -> Accelerator:
+        """The accelerator of a disaggregated role: the preset's, with the role's GPU
+        share, under the accelerator's own rules."""
+        assert self.disaggregation is not None
+        share = getattr(self.disaggregation, role).gpu_share
+        if share is None:
+            return self.accelerator
+        return Accelerator.model_validate(self.accelerator.model_dump() | {"gpu_share": share})
 
     def engine_env(self) -> dict[str, str]:
         """The engine's environment: the preset's, the guard's settings (adaptive), and a

@@ -62,12 +62,11 @@ def kv_transfer_config(preset: Preset) -> dict[str, Any]:
 def _role_config(preset: Preset, source: str, role: str) -> dict[str, Any]:
     pd = preset.disaggregation
     assert pd is not None
-    settings = getattr(pd, role)
-    share = settings.gpu_share or preset.accelerator.gpu_share
+    replicas = getattr(pd, role).replicas
     role_preset = preset.model_copy(
         update={
-            "accelerator": preset.accelerator.model_copy(update={"gpu_share": share}),
-            "deployment": preset.deployment.model_copy(update={"replicas": settings.replicas}),
+            "accelerator": preset.role_accelerator(role),
+            "deployment": preset.deployment.model_copy(update={"replicas": replicas}),
         }
     )
     config = llm_config(role_preset, source)

@@ -3,6 +3,7 @@ connector config as vLLM's own ``KVTransferConfig`` and connector registry read 
 the Serve application as Ray builds it (``build_app``, what ``serve run`` and KubeRay do
 first) beside the one Ray Serve LLM's ``build_pd_openai_app`` makes of the same configs."""
 
+import os
 from typing import Any
 
 import pytest
@@ -135,8 +136,6 @@ def test_nixl_before_0_34_is_refused_naming_the_upstream_bug():
 
 
 def test_a_local_ray_node_has_cpus_for_every_engine_and_the_ingress():
-    import os
-
     from serving.local_up import local_ray_cpus
 
     preset = pd_preset("cpu-tiny", "disaggregation.prefill.replicas=3")
