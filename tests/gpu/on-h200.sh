@@ -195,12 +195,22 @@ realwidth)
         export KINDS_A=${KINDS_A:-vllm-k0 vllm-k1 vllm-k2 vllm-guard}
         export DEPTH_B=${DEPTH_B:-6} KV_GIB_B=${KV_GIB_B:-6}
     fi
+    # A cache directory kept from an earlier machine (`realwidth-wait` with KEEP_JIT=1 sends
+    # it back in parts; carry them as .jit-seed/): a restart with kept caches, as the
+    # chart's cache volume gives a pod.
+    if ls .jit-seed/jit.tgz.part* >/dev/null 2>&1; then
+        mkdir -p "$work/jit"
+        cat .jit-seed/jit.tgz.part* | tar xzf - -C "$work/jit" && echo "jit seed: $(du -sh "$work/jit")"
+    fi
     # With RAY_SMOKE=1 the Ray app smoke runs beside it (its engine holds ~4 GB), started
-    # first so that it is done before the bench's load cells.
+    # first so that it is done before the bench's load cells. It fills the same cache
+    # directory, so that what it compiles is kept too.
     if [ "${RAY_SMOKE:-0}" = 1 ]; then
         rm -rf "$work/smoke"
-        (setsid nohup timeout "${SMOKE_TIMEOUT:-600}" python3 -m tests.gpu.serve_smoke \
-            --out "$work/smoke" --deadline 560 --ready-timeout 480 "${smoke_sets[@]}" \
+        (eval "$(python3 -m serving.jit_cache exports "$work/jit")"
+         setsid nohup timeout "${SMOKE_TIMEOUT:-600}" python3 -m tests.gpu.serve_smoke \
+            --out "$work/smoke" --deadline $(( ${SMOKE_TIMEOUT:-600} - 40 )) \
+            --ready-timeout $(( ${SMOKE_TIMEOUT:-600} - 120 )) "${smoke_sets[@]}" \
             --set engine_args.kv_cache_memory_bytes=2147483648 \
             --set engine_args.gpu_memory_utilization=0.05 > "$work/smoke.log" 2>&1 < /dev/null &)
     fi
@@ -222,6 +232,18 @@ realwidth-wait)
     fi
     tar czf "$OUT/realwidth.tgz" --exclude='logs' -C "$work" realwidth
     tar czf "$OUT/realwidth-logs.tgz" -C "$work/realwidth" $(cd "$work/realwidth" && ls -d */logs 2>/dev/null)
+    # KEEP_JIT=1: the cache directory back in parts of 15 MiB (what comes back is at most 8
+    # files, 64 MiB in all), to seed a later machine.
+    if [ "${KEEP_JIT:-0}" = 1 ] && [ -d "$work/jit" ]; then
+        tar czf "$work/jit.tgz" -C "$work/jit" .
+        size=$(stat -c %s "$work/jit.tgz")
+        echo "jit cache: $(du -sh "$work/jit" | cut -f1) on disk, $(( size >> 20 )) MiB packed"
+        if [ "$size" -lt $(( 48 << 20 )) ]; then
+            split -b 15M -d "$work/jit.tgz" "$OUT/jit.tgz.part"
+        else
+            echo "jit cache: too large to bring back"
+        fi
+    fi
     ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac
