@@ -28,6 +28,22 @@ BF16 = 2.0
 # H200's HBM3e per NVIDIA's datasheet; a device-to-device copy measured about 4.3 TB/s on
 # the project's H200 (counting bytes read and written).
 H200_HBM_BYTES_PER_S = 4.8e12
+# Datasheet HBM bandwidth by the name torch reports for the card (a substring of it).
+HBM_BYTES_PER_S_BY_GPU: dict[str, float] = {
+    "H100 80GB HBM3": 3.35e12,  # H100 SXM
+    "H100 NVL": 3.9e12,
+    "H100 PCIe": 2.0e12,
+    "H200": H200_HBM_BYTES_PER_S,
+    "B200": 8.0e12,
+}
+
+
+def hbm_bytes_per_s(gpu_name: str | None) -> tuple[float, str]:
+    """The card's HBM bandwidth and what it was taken for; H200's when the name is unknown."""
+    for key, bandwidth in HBM_BYTES_PER_S_BY_GPU.items():
+        if gpu_name and key in gpu_name:
+            return bandwidth, key
+    return H200_HBM_BYTES_PER_S, "H200 (card unknown)"
 
 
 @dataclass(frozen=True)

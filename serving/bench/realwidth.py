@@ -4,9 +4,11 @@ Each report is ``dsv4-serve bench`` over ``vllm-k0..kK`` on a bench model (relea
 shapes, N layers). A decode step's time is TPOT x the mean tokens a step yields (the
 acceptance length), so per target, concurrency and depth there is one step time; over the
 depths it is fitted as ``fixed + layers x per_layer`` and extrapolated to the released
-depth. Beside it: the bytes the step must read at the released depth over HBM bandwidth
-(serving/bench/decode_bytes.py), and the acceptance length at which each k breaks even
-with k = 0 (k's step time over k = 0's, both extrapolated).
+depth. Beside it: the bytes the step must read at the released depth over the bench GPU's
+HBM bandwidth (serving/bench/decode_bytes.py), and the acceptance length at which each k
+breaks even with k = 0 (k's step time over k = 0's, both extrapolated). Several reports of
+one depth (targets benched in separate runs) are read as one; a fit whose deeper model
+stepped faster is noise, not a cost, and is left out rather than extrapolated.
 
     python -m serving.bench.realwidth OUT_DIR REPORT.json REPORT.json [...]
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.bench.analysis import level
-from serving.bench.decode_bytes import H200_HBM_BYTES_PER_S, step_bytes
+from serving.bench.decode_bytes import hbm_bytes_per_s, step_bytes
 from serving.bench_model.shapes import RELEASED
 
 _K = re.compile(r"vllm-k(\d+)")
@@ -53,9 +55,34 @@ def linear_fit(points: dict[int, float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
+def _level(reports: list[dict], target: str, concurrency: int) -> dict | None:
+    for report in reports:
+        if entry := level(report, target, concurrency):
+            return entry
+    return None
+
+
+def _extrapolate(measured: dict[int, dict], full: int, length: float, c: int) -> dict:
+    fixed, per_layer = linear_fit({d: m["step_s"] for d, m in measured.items()})
+    if per_layer <= 0:
+        return {"fit_rejected": "the deeper model stepped faster: noise or a stall"}
+    step_full = fixed + per_layer * full
+    return {
+        "fixed_s": fixed,
+        "per_layer_s": per_layer,
+        "full_step_s": step_full,
+        "full_tpot_s": step_full / length,
+        "full_tokens_per_s": c * length / step_full,
+    }
+
+
 def analyse(reports: list[dict]) -> dict[str, Any]:
-    by_depth = {_depth(r): r for r in reports}
-    any_report = next(iter(by_depth.values()))
+    by_depth: dict[int, list[dict]] = {}
+    for report in reports:
+        by_depth.setdefault(_depth(report), []).append(report)
+    any_report = reports[0]
+    gpu = ((any_report.get("client_machine") or {}).get("gpu") or {}).get("name")
+    bandwidth, bandwidth_of = hbm_bytes_per_s(gpu)
     shape = any_report["setup"]["bench_model"]["shape"]
     released = RELEASED[shape]
     full = released["num_hidden_layers"]
@@ -70,8 +97,8 @@ def analyse(reports: list[dict]) -> dict[str, Any]:
         k = int(_K.fullmatch(target).group(1))  # type: ignore[union-attr]
         for c in concurrency:
             measured: dict[int, dict] = {}
-            for depth, report in by_depth.items():
-                entry = level(report, target, c)
+            for depth, same_depth in by_depth.items():
+                entry = _level(same_depth, target, c)
                 if entry and (step := step_seconds(entry)):
                     spec = entry.get("spec_decode") or {}
                     measured[depth] = {
@@ -87,19 +114,11 @@ def analyse(reports: list[dict]) -> dict[str, Any]:
             row["measured"] = {str(d): m for d, m in sorted(measured.items())}
             length = sum(m["acceptance_length"] for m in measured.values()) / len(measured)
             if len(measured) >= 2:
-                fixed, per_layer = linear_fit({d: m["step_s"] for d, m in measured.items()})
-                step_full = fixed + per_layer * full
-                row |= {
-                    "fixed_s": fixed,
-                    "per_layer_s": per_layer,
-                    "full_step_s": step_full,
-                    "full_tpot_s": step_full / length,
-                    "full_tokens_per_s": c * length / step_full,
-                }
+                row |= _extrapolate(measured, full, length, c)
             prompt = int(any_report["plan"].get("prompt_tokens") or 0)
             context = prompt + any_report["plan"].get("max_tokens", 0) // 2 if prompt else 512
             floor = step_bytes(released, c, k, context)
-            row["floor_s"] = floor.total / H200_HBM_BYTES_PER_S
+            row["floor_s"] = floor.total / bandwidth
             row["floor_bytes"] = floor.as_dict()
             if "full_step_s" in row:
                 row["full_step_over_floor"] = row["full_step_s"] / row["floor_s"]
@@ -110,7 +129,9 @@ def analyse(reports: list[dict]) -> dict[str, Any]:
         "released_layers": full,
         "depths": sorted(by_depth),
         "context_tokens": context,
-        "hbm_bytes_per_s": H200_HBM_BYTES_PER_S,
+        "gpu": gpu,
+        "hbm_bytes_per_s": bandwidth,
+        "hbm_bandwidth_of": bandwidth_of,
         "rows": rows,
     }
 
@@ -134,7 +155,8 @@ def markdown(result: dict) -> str:
     lines = [
         f"DeepSeek-V4-{result['shape'].capitalize()} shape, depths {result['depths']} fitted "
         f"to {result['released_layers']} layers; floor at "
-        f"{result['hbm_bytes_per_s'] / 1e12:.1f} TB/s, context {result['context_tokens']}",
+        f"{result['hbm_bytes_per_s'] / 1e12:.2f} TB/s ({result['hbm_bandwidth_of']}), "
+        f"context {result['context_tokens']}",
         "",
         "| k | c | step ms (per depth) | fixed ms | per layer ms | full TPOT ms | full tok/s "
         "| floor ms | step / floor | break-even AL |",
@@ -151,9 +173,16 @@ def markdown(result: dict) -> str:
             f"| {ms(r.get('per_layer_s'))} | {ms(r.get('full_tpot_s'))} "
             f"| {r.get('full_tokens_per_s', 0):.0f} | {ms(r['floor_s'])} "
             f"| {r.get('full_step_over_floor', 0):.2f} "
-            f"| {r.get('break_even_acceptance_length', 0) or '-'} |"
+            f"| {_two(r.get('break_even_acceptance_length'))} |"
         )
+    if rejected := [r for r in result["rows"] if "fit_rejected" in r]:
+        cells = ", ".join(f"k = {r['k']} c = {r['concurrency']}" for r in rejected)
+        lines += ["", f"No fit ({rejected[0]['fit_rejected']}): {cells}."]
     return "\n".join(lines) + "\n"
+
+
+def _two(x: float | None) -> str:
+    return f"{x:.2f}" if x is not None else "-"
 
 
 def main(argv: list[str]) -> int:

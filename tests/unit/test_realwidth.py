@@ -89,3 +89,21 @@ def test_one_depth_gives_no_fit_and_a_non_bench_report_is_refused():
     with pytest.raises(ValueError, match="two depths"):
         linear_fit({3: 1.0})
     assert step_seconds({"tpot_s": {"p50": None}}) is None
+
+
+def test_reports_of_one_depth_merge_and_a_faster_deeper_model_is_not_extrapolated():
+    lengths = {0: 1.0, 2: 1.99}
+    shallow = _report(3, 0.002, 0.0005, {0: 1.0})
+    shallow_k2 = _report(3, 0.002, 0.0005, {2: 1.99})  # benched in a second run
+    deep = _report(12, 0.002, 0.0005, lengths)
+    # A stall in the shallow k = 2 cell at c = 8 makes it slower than the deep one.
+    next(x for x in shallow_k2["levels"] if x["concurrency"] == 8)["tpot_s"]["p50"] = 1.0
+    deep["client_machine"] = {"gpu": {"name": "NVIDIA H100 80GB HBM3"}}
+    result = analyse([deep, shallow, shallow_k2])
+    assert result["hbm_bytes_per_s"] == 3.35e12 and result["hbm_bandwidth_of"] == "H100 80GB HBM3"
+    merged = next(r for r in result["rows"] if r["k"] == 2 and r["concurrency"] == 1)
+    assert merged["measured"].keys() == {"3", "12"} and "full_step_s" in merged
+    stalled = next(r for r in result["rows"] if r["k"] == 2 and r["concurrency"] == 8)
+    assert "full_step_s" not in stalled and "faster" in stalled["fit_rejected"]
+    assert "break_even_acceptance_length" not in stalled
+    assert "No fit (" in markdown(result) and "k = 2 c = 8" in markdown(result)
