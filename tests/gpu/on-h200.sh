@@ -194,6 +194,8 @@ realwidth)
         # six and two at 12: the job's defaults are for an H200's 141 GB.
         export KINDS_A=${KINDS_A:-vllm-k0 vllm-k1 vllm-k2 vllm-guard}
         export DEPTH_B=${DEPTH_B:-6} KV_GIB_B=${KV_GIB_B:-6}
+        # Three engines' profile runs at once beside a running one exceeded 80 GB.
+        export START=${START:-serial}
     fi
     # A cache directory kept from an earlier machine (`realwidth-wait` with KEEP_JIT=1 sends
     # it back in parts; carry them as .jit-seed/): a restart with kept caches, as the

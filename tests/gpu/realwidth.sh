@@ -16,7 +16,8 @@
 # fresh H200 it took 499 s at 3 layers, 171 keys, mostly TileLang's mHC kernels; off, those
 # kernels compile during CUDA-graph capture instead, one per captured size, 13-15 s each on
 # an H100 with vLLM 0.34: it is the kept cache directory that shortens a start),
-# BUDGET_A/BUDGET_B (seconds for each depth: the first engine on a fresh machine needs
+# START (the bench's --start: staggered, or serial where the card cannot hold several
+# engines' profile runs at once), BUDGET_A/BUDGET_B (seconds for each depth: the first engine on a fresh machine needs
 # ~12 min of the first), ROUNDS_A/ROUNDS_B, DEPTH_A/DEPTH_B, KINDS_A/KINDS_B,
 # KV_GIB_A/KV_GIB_B (each engine's KV cache: 2 GiB held 154,814 tokens at 3 layers but
 # 21,888 at 12, too few for 128 streams).
@@ -38,7 +39,7 @@ bench() {  # NAME LAYERS BUDGET ROUNDS KV_GIB KINDS...
     echo "== $name: $layers layers, $* ($(( $(date +%s) - began )) s in)"
     timeout $(( budget + 60 )) python3 -m serving.cli bench --preset h200-flash-bench \
         --set "model.bench.layers=$layers" --set "model.source=.cache/models/flash-bench-$layers" \
-        "${sets[@]}" --local "$@" --start staggered --kv-cache-gib "$kv" \
+        "${sets[@]}" --local "$@" --start "${START:-staggered}" --kv-cache-gib "$kv" \
         --concurrency ${CONCURRENCY:-1 8 32 64 128} --requests 8 --requests-per-stream 2 \
         --rounds "$rounds" --max-tokens 128 --prompt-words "${PROMPT_WORDS:-512}" \
         --budget-s "$budget" --logs "$out/$name/logs" --out "$out/$name"
