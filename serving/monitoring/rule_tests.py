@@ -5,7 +5,8 @@ helm/dsv4-serve/files/dsv4-rules.test.yaml beside the rules file, so that
 
 runs them alone. Two engines of "flash" through Ray (``ray_vllm_*``, ReplicaId r1 and
 r2) and one of "weak" on vLLM's own server (``vllm:*``), a model whose engine stops
-reporting, the gateway's thresholds and requests. Expected values are worked out by
+reporting, the gateway's thresholds and requests, and "pd" served disaggregated through
+Ray (a prefill replica p1, decode replicas d1 to d3 over NIXL). Expected values are worked out by
 hand from the input series; the expected annotations are the rules' own templates
 rendered as Prometheus renders them, so rewording an alert needs no edit here.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.monitoring.rules import LATENCIES, QUANTILES, rule_groups
+from serving.monitoring.rules import KV_QUANTILES, LATENCIES, QUANTILES, rule_groups
 
 RULES_FILE = "dsv4-rules.yaml"  # promtool reads it relative to the test file
 
@@ -23,6 +24,11 @@ NS = "prod"
 FLASH = {"namespace": NS, "model_name": "flash", "instance": "node-a:8080"}
 WEAK = {"namespace": NS, "model_name": "weak", "instance": "10.0.0.5:8000", "engine": "0"}
 WEAK_REPLICA = WEAK["instance"]
+# pd: Ray Serve LLM's P/D deployments (serving/disagg/app.py names them by role).
+PD = {"namespace": NS, "model_name": "pd", "instance": "node-b:8080", "engine": "0"}
+PD_DEPLOYMENTS = {"p1": "Prefill:pd", "d1": "Decode:pd", "d2": "Decode:pd", "d3": "Decode:pd"}
+MIB = 2**20
+SERVE_QUERIES = "ray_serve_replica_processing_queries"
 MINUTES = 400
 
 
@@ -43,11 +49,51 @@ def weak_engine(metric: str, per_minute: float, **extra: str) -> dict:
     return series(f"vllm:{metric}", {**WEAK, **extra}, per_minute)
 
 
-def histogram(metric: str, bounds: list[float], hot: float, add) -> list[dict]:
-    """Every observation (10 a minute) lands in the bucket whose upper bound is ``hot``."""
-    counts = [(str(le), 10 if le >= hot else 0) for le in bounds] + [("+Inf", 10)]
-    buckets = [add(f"{metric}_bucket", n, le=le) for le, n in counts]
-    return [*buckets, add(f"{metric}_count", 10)]
+def pd_engine(replica: str, metric: str, per_minute: float, **extra: str) -> dict:
+    return series(f"ray_vllm_{metric}", {**PD, "ReplicaId": replica, **extra}, per_minute)
+
+
+def histogram(metric: str, bounds: list[float], hot: float, add, n: int = 10) -> list[dict]:
+    """Every observation (``n`` a minute) lands in the bucket whose upper bound is ``hot``."""
+    counts = [(str(le), n if le >= hot else 0) for le in bounds] + [("+Inf", n)]
+    buckets = [add(f"{metric}_bucket", c, le=le) for le, c in counts]
+    return [*buckets, add(f"{metric}_count", n)]
+
+
+def disaggregated_series() -> list[dict]:
+    """pd, in counts a minute that make exact rates (x/60 a power of two): p1 prefills
+    (15 queued <= 0.05 s, 15 expired KV leases); d1 reads 15 transfers of 1 MiB and never
+    failed (Ray exports no failure counter); d2 reads 15 of 2 MiB and fails 3.75; d3 only
+    fails (7.5). Decode's queue time (15 a replica) sits in (0.05, 0.1]. weak reads KV
+    too, on vLLM's own server, with its failure counter at 0."""
+    s = []
+    serve = {"namespace": NS, "application": "dsv4"}
+    for replica, deployment in PD_DEPLOYMENTS.items():
+        labels = {**serve, "deployment": deployment, "replica": replica}
+        # d3 only through the controller's health gauge (the replica's own gauge expired).
+        name = "ray_serve_deployment_replica_healthy" if replica == "d3" else SERVE_QUERIES
+        s.append(constant(name, labels, 1 if replica == "d3" else 0))
+    # flash's r1 serves a deployment that is not P/D: its engine gets no role.
+    s.append(constant(SERVE_QUERIES, {**serve, "deployment": "Dsv4Server", "replica": "r1"}, 0))
+
+    def add(replica: str):
+        return lambda metric, n, **extra: pd_engine(replica, metric, n, **extra)
+
+    s.append(pd_engine("p1", "nixl_num_kv_expired_reqs_total", 15))
+    s += histogram("request_queue_time_seconds", [0.05, 0.1], 0.05, add("p1"), n=15)
+    for replica, mib in (("d1", 1), ("d2", 2)):
+        s += histogram("nixl_xfer_time_seconds", [0.01, 0.025], 0.025, add(replica), n=15)
+        s += [
+            pd_engine(replica, "nixl_bytes_transferred_sum", 15 * mib * MIB),
+            pd_engine(replica, "nixl_bytes_transferred_count", 15),
+        ]
+    for replica in ("d1", "d2", "d3"):
+        s += histogram("request_queue_time_seconds", [0.05, 0.1], 0.1, add(replica), n=15)
+    s.append(pd_engine("d2", "nixl_num_failed_transfers_total", 3.75))
+    s.append(pd_engine("d3", "nixl_num_failed_transfers_total", 7.5))
+    s += histogram("nixl_xfer_time_seconds", [0.005, 0.01], 0.005, weak_engine, n=6)
+    s.append(constant("vllm:nixl_num_failed_transfers_total", WEAK, 0))
+    return s
 
 
 def input_series() -> list[dict]:
@@ -119,7 +165,7 @@ def input_series() -> list[dict]:
     for deployment, healthy in [("LLMServer:flash", 1), ("LLMServer:weak", 0)]:
         labels = {"application": "dsv4", "deployment": deployment, "replica": "x"}
         s.append(constant("ray_serve_deployment_replica_healthy", labels, healthy))
-    return s
+    return s + disaggregated_series()
 
 
 def _sel(name: str, labels: dict[str, str]) -> str:
@@ -209,7 +255,9 @@ def recording_tests() -> list[dict]:
             "dsv4:serve_healthy_replicas:sum",
             ({"application": "dsv4", "deployment": "LLMServer:flash"}, 1),
             ({"application": "dsv4", "deployment": "LLMServer:weak"}, 0),
+            ({"namespace": NS, "application": "dsv4", "deployment": "Decode:pd"}, 1),
         ),
+        *disaggregation_tests(),
     ]
     # Quantiles: all of flash's observations sit in one bucket, so linear interpolation
     # inside it gives lower + (upper - lower) * q.
@@ -221,11 +269,15 @@ def recording_tests() -> list[dict]:
         "queue": (0.0, 0.05),
     }
     weak_bucket = {"ttft": (0.0, 0.5), "tpot": (0.0, 0.05)}
+    # pd's queue per second: 0.25 of p1 in (0, 0.05], 0.75 of decode in (0.05, 0.1].
+    pd_queue = {0.05: 0.25, 0.1: 1.0}
     for short in LATENCIES:
         for q in QUANTILES:
             samples = [({**f, "quantile": q}, _interp(flash_bucket[short], float(q)))]
             if short in weak_bucket:
                 samples.append(({**w, "quantile": q}, _interp(weak_bucket[short], float(q))))
+            if short == "queue":
+                samples.append(({**PD_KEY, "quantile": q}, _cumulative(pd_queue, float(q))))
             tests.append(expect(f'dsv4:{short}_seconds:quantile5m{{quantile="{q}"}}', *samples))
         if short in weak_bucket:
             for window in ("30m", "1h", "6h"):
@@ -242,6 +294,97 @@ def recording_tests() -> list[dict]:
 def _interp(bucket: tuple[float, float], q: float) -> float:
     low, high = bucket
     return low + (high - low) * q
+
+
+def _cumulative(counts: dict[float, float], q: float) -> float:
+    """The q-quantile of cumulative bucket counts {upper bound: count}, interpolated
+    inside its bucket in the order Prometheus' histogram_quantile computes it (so the
+    floats agree to the last bit)."""
+    rank, low, below = q * max(counts.values()), 0.0, 0.0
+    for upper, count in sorted(counts.items()):
+        if count >= rank:
+            return low + (upper - low) * ((rank - below) / (count - below))
+        low, below = upper, count
+    raise ValueError(q)
+
+
+PD_KEY = {"namespace": NS, "model_name": "pd"}
+
+
+def _pd_replica(replica: str) -> dict[str, str]:
+    return {**PD_KEY, "replica": replica}
+
+
+def disaggregation_tests() -> list[dict]:
+    w, pd = WEAK_KEY, PD_KEY
+    weak_replica = {**w, "replica": WEAK_REPLICA}
+    d1, d2, d3 = (_pd_replica(r) for r in ("d1", "d2", "d3"))
+    # Per second: d1 and d2 0.25 transfers each, weak 0.1; d2 fails 0.0625, d3 0.125.
+    done, failed = 0.25, {"d2": 0.0625, "d3": 0.125}
+    pd_failed = failed["d2"] + failed["d3"]
+    tests = [
+        expect("dsv4:kv_transfers:rate5m", (pd, 2 * done), (w, 0.1)),
+        expect("dsv4:kv_transfers:replica_rate5m", (d1, done), (d2, done), (weak_replica, 0.1)),
+        # 15 x 1 MiB + 15 x 2 MiB a minute.
+        expect("dsv4:kv_transfer_bytes:rate5m", (pd, 45 * MIB / 60)),
+        expect("dsv4:kv_transfer_bytes:mean5m", (pd, 1.5 * MIB)),
+        expect("dsv4:kv_transfer_failures:rate5m", (pd, pd_failed), (w, 0)),
+        expect(
+            "dsv4:kv_transfer_failures:replica_rate5m",
+            (d2, failed["d2"]),
+            (d3, failed["d3"]),
+            (weak_replica, 0),
+        ),
+        expect("dsv4:kv_transfer_expired_requests:rate5m", (pd, 0.25)),
+        # failed / (failed + done); d1 has no failure series (0), d3 no transfers (1).
+        expect(
+            "dsv4:kv_transfer_failure_ratio:ratio5m",
+            (pd, pd_failed / (pd_failed + 2 * done)),
+            (w, 0),
+        ),
+        expect(
+            "dsv4:kv_transfer_failure_ratio:replica_ratio5m",
+            (d1, 0),
+            (d2, failed["d2"] / (failed["d2"] + done)),
+            (d3, 1),
+            (weak_replica, 0),
+        ),
+        expect(
+            "dsv4:serve_replica_role:info",
+            *(
+                (
+                    {
+                        "namespace": NS,
+                        "application": "dsv4",
+                        "deployment": deployment,
+                        "replica": replica,
+                        "role": "prefill" if replica == "p1" else "decode",
+                    },
+                    1,
+                )
+                for replica, deployment in PD_DEPLOYMENTS.items()
+            ),
+        ),
+    ]
+    for q in KV_QUANTILES:
+        tests += [
+            # pd: all in (0.01, 0.025]; weak: all in (0, 0.005].
+            expect(
+                f'dsv4:kv_transfer_seconds:quantile5m{{quantile="{q}"}}',
+                ({**pd, "quantile": q}, _cumulative({0.01: 0, 0.025: 2 * done}, float(q))),
+                ({**w, "quantile": q}, _cumulative({0.005: 0.1}, float(q))),
+            ),
+            # Only pd's replicas have a role: flash's r1 and weak's server get none.
+            expect(
+                f'dsv4:queue_seconds:role_quantile5m{{quantile="{q}"}}',
+                ({**pd, "role": "prefill", "quantile": q}, _cumulative({0.05: 0.25}, float(q))),
+                (
+                    {**pd, "role": "decode", "quantile": q},
+                    _cumulative({0.05: 0, 0.1: 0.75}, float(q)),
+                ),
+            ),
+        ]
+    return tests
 
 
 ALERTS = {r["alert"]: r for g in rule_groups()["groups"] for r in g["rules"] if "alert" in r}
@@ -304,6 +447,14 @@ def alert_tests() -> list[dict]:
         alert("DSV4RequestsFailing", "390m", (_sev(f, "critical"), 0.25)),
         alert("DSV4RequestsRejected", "390m", (_sev(f, "warning"), 0.1)),
         alert("DSV4QueueGrowing", "390m", (_sev(w, "warning"), 390)),
+        # d2 fails 1 in 5, d3 all; d1 (no failure series) and weak (counter at 0) must not.
+        alert(
+            "DSV4KVTransferFailing",
+            "390m",
+            (_sev(_pd_replica("d2"), "critical"), 0.2),
+            (_sev(_pd_replica("d3"), "critical"), 1),
+        ),
+        alert("DSV4KVTransferFailing", "8m"),
         # Not yet: each alert waits for its `for:` to pass.
         alert("DSV4MTPAcceptanceCollapse", "8m"),
         alert("DSV4MTPAcceptanceBelowBaseline", "20m"),

@@ -33,6 +33,29 @@ ENGINE_PRESENCE = "|".join(
     for name in ("num_requests_running", "generation_tokens_total")
 )
 RUNBOOK = "https://github.com/dsv4-serve/dsv4-serve/blob/main/docs/monitoring.md"
+# vLLM's NIXL connector series: the same names in 0.32 and 0.34
+# (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py, NixlPromMetrics). Histograms
+# of one sample per finished NIXL transfer (one per request and remote rank), recorded by
+# the engine that reads the KV (decode); counters get "_total" on export.
+NIXL_XFER_SECONDS = "nixl_xfer_time_seconds"
+NIXL_BYTES = "nixl_bytes_transferred"
+# Transfer, handshake and notification failures together (KV expiry is apart).
+NIXL_FAILED = "nixl_num_failed_transfers_total"
+# Prefill's KV lease ran out before decode read it (counted on prefill).
+NIXL_EXPIRED = "nixl_num_kv_expired_reqs_total"
+KV_QUANTILES = ("0.5", "0.9")
+# vLLM's labels (model_name, engine) are the same on both roles and kv_role is "kv_both"
+# on both (serving/disagg/configs.py), so only Ray Serve's deployment names tell them
+# apart: "Prefill:<model>" and "Decode:<model>" (serving/disagg/app.py; Ray Serve LLM's
+# own P/D builder uses the same prefixes). vLLM's own server has no such label.
+ROLE_DEPLOYMENTS = {"prefill": "Prefill:.+", "decode": "Decode:.+"}
+# Ray Serve series that carry (deployment, replica); replica equals the engine's ReplicaId.
+SERVE_REPLICA_SERIES = (
+    "ray_serve_replica_processing_queries",
+    "ray_serve_deployment_replica_healthy",
+)
+# With vLLM's default kv_load_failure_policy "fail", every failed transfer fails a request.
+KV_FAILURE_RATIO_ALERT = 0.01
 
 
 def vllm(name: str) -> str:
@@ -141,6 +164,77 @@ def _spec_decode() -> list[dict[str, Any]]:
 def _quantile(q: str, metric: str, window: str) -> str:
     buckets = _sum(f"{BY_MODEL}, le", _rate(f"{metric}_bucket", window))
     return f"histogram_quantile({q}, {buckets})"
+
+
+def _roles() -> str:
+    """One series per Ray Serve replica of a P/D deployment, with its ``role``."""
+    by_role = []
+    for role, deployment in ROLE_DEPLOYMENTS.items():
+        serve = " or ".join(
+            f'{name}{{replica!="", deployment=~"{deployment}"}}' for name in SERVE_REPLICA_SERIES
+        )
+        replicas = f"group by (namespace, application, deployment, replica) ({serve})"
+        by_role.append(f'label_replace({replicas}, "role", "{role}", "", "")')
+    return " or ".join(by_role)
+
+
+def _disaggregation() -> list[dict[str, Any]]:
+    def failures(by: str, per_replica: bool) -> str:
+        failed = _rate(NIXL_FAILED)
+        return _sum(by, with_replica(failed) if per_replica else failed)
+
+    rules = [
+        record("dsv4:kv_transfers:rate5m", _sum(BY_MODEL, _rate(f"{NIXL_XFER_SECONDS}_count"))),
+        record(
+            "dsv4:kv_transfers:replica_rate5m",
+            _sum(BY_REPLICA, with_replica(_rate(f"{NIXL_XFER_SECONDS}_count"))),
+        ),
+        *(
+            record(
+                "dsv4:kv_transfer_seconds:quantile5m",
+                _quantile(q, NIXL_XFER_SECONDS, "5m"),
+                quantile=q,
+            )
+            for q in KV_QUANTILES
+        ),
+        record("dsv4:kv_transfer_bytes:rate5m", _sum(BY_MODEL, _rate(f"{NIXL_BYTES}_sum"))),
+        record(
+            "dsv4:kv_transfer_bytes:mean5m",
+            f"dsv4:kv_transfer_bytes:rate5m / {_sum(BY_MODEL, _rate(f'{NIXL_BYTES}_count'))}",
+        ),
+        record("dsv4:kv_transfer_failures:rate5m", failures(BY_MODEL, False)),
+        record("dsv4:kv_transfer_failures:replica_rate5m", failures(BY_REPLICA, True)),
+        record("dsv4:kv_transfer_expired_requests:rate5m", _sum(BY_MODEL, _rate(NIXL_EXPIRED))),
+    ]
+    # Through Ray a counter appears only once it moved: a missing side counts as 0, so
+    # a replica whose every transfer failed still gets a ratio (1).
+    for level, on in (("", BY_MODEL), ("replica_", BY_REPLICA)):
+        failed = f"dsv4:kv_transfer_failures:{level}rate5m"
+        done = f"dsv4:kv_transfers:{level}rate5m"
+        failed_or_zero = f"({failed} or on ({on}) 0 * {done})"
+        done_or_zero = f"({done} or on ({on}) 0 * {failed})"
+        rules.append(
+            record(
+                f"dsv4:kv_transfer_failure_ratio:{level}ratio5m",
+                f"{failed_or_zero} / on ({on}) ({failed_or_zero} + on ({on}) {done_or_zero})",
+            )
+        )
+    rules.append(record("dsv4:serve_replica_role:info", _roles()))
+    # Queue time per role: engine series joined to their replica's role by ReplicaId. On
+    # decode it includes the wait for prefill's KV (vLLM counts a request scheduled only
+    # once its remote KV has arrived).
+    queued = with_replica(_rate("request_queue_time_seconds_bucket"))
+    joined = f"{queued} * on (namespace, replica) group_left (role) dsv4:serve_replica_role:info"
+    for q in KV_QUANTILES:
+        buckets = _sum(f"{BY_MODEL}, role, le", joined)
+        rules.append(
+            record(
+                "dsv4:queue_seconds:role_quantile5m",
+                f"histogram_quantile({q}, {buckets})",
+                quantile=q,
+            )
+        )
+    return rules
 
 
 def _latency() -> list[dict[str, Any]]:
@@ -369,6 +463,20 @@ def _alerts() -> list[dict[str, Any]]:
             " autoscaling.max_replicas or deployment.max_queued_requests, or add nodes.",
         ),
         alert(
+            "DSV4KVTransferFailing",
+            f"dsv4:kv_transfer_failure_ratio:replica_ratio5m > {KV_FAILURE_RATIO_ALERT}",
+            "10m",
+            "critical",
+            "{{ $value | humanizePercentage }} of KV transfers of {{ $labels.model_name }}"
+            " fail on replica {{ $labels.replica }}",
+            "NIXL transfers of prompt KV from prefill to decode fail (transfer, handshake or"
+            " notification). With vLLM's default kv_load_failure_policy 'fail' each one fails"
+            " a request. The replica is the one that reads the KV (decode). Check its logs"
+            " for NIXL errors, that prefill replicas are up and reachable on their NIXL side"
+            " channel ports, and the dashboard's disaggregation row for expired KV (prefill"
+            " freed it before decode read it).",
+        ),
+        alert(
             "DSV4QueueGrowing",
             "dsv4:requests_waiting:sum > 0 and deriv(dsv4:requests_waiting:sum[10m]) > 0",
             "10m",
@@ -386,6 +494,7 @@ def rule_groups() -> dict[str, Any]:
         "groups": [
             {"name": "dsv4-speculative-decoding", "rules": [*_spec_decode(), *_guard()]},
             {"name": "dsv4-latency-load", "rules": [*_latency(), *_load()]},
+            {"name": "dsv4-disaggregation", "rules": _disaggregation()},
             {"name": "dsv4-alerts", "rules": _alerts()},
         ]
     }

@@ -130,5 +130,6 @@ def test_a_series_missing_from_the_scrape_is_named(tmp_path):
     missing = snap.missing_series(snap.load(tmp_path), generated.RULES_FILE)
     assert list(missing) == [f"vllm:request_queue_time_seconds_bucket|{dropped}"]
     assert set(missing[f"vllm:request_queue_time_seconds_bucket|{dropped}"]) == {
-        "dsv4:queue_seconds:quantile5m"
+        "dsv4:queue_seconds:quantile5m",
+        "dsv4:queue_seconds:role_quantile5m",
     }

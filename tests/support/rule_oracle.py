@@ -142,6 +142,11 @@ COUNTERS = {
     "draft_tokens": "spec_decode_num_draft_tokens_total",
     "accepted_tokens": "spec_decode_num_accepted_tokens_total",
     "generation_tokens": "generation_tokens_total",
+    # vLLM's NIXL connector (P/D): finished transfers, failures, bytes, expired KV.
+    "kv_transfers": "nixl_xfer_time_seconds_count",
+    "kv_transfer_failures": "nixl_num_failed_transfers_total",
+    "kv_transfer_bytes": "nixl_bytes_transferred_sum",
+    "kv_transfer_expired_requests": "nixl_num_kv_expired_reqs_total",
 }
 HISTOGRAMS = {
     "ttft": "time_to_first_token_seconds",
@@ -149,7 +154,11 @@ HISTOGRAMS = {
     "tpot": "request_time_per_output_token_seconds",
     "e2e": "e2e_request_latency_seconds",
     "queue": "request_queue_time_seconds",
+    "kv_transfer": "nixl_xfer_time_seconds",
 }
+KV_QUANTILES = ("0.5", "0.9")
+# Ray Serve LLM's P/D deployments are "Prefill:<model>" and "Decode:<model>".
+ROLE_PREFIXES = {"Prefill:": "prefill", "Decode:": "decode"}
 SLO_WINDOWS = {"30m": 1800.0, "1h": 3600.0, "6h": 21600.0}
 
 
@@ -299,6 +308,8 @@ class Expected:
         if match := re.fullmatch(r"(\w+)_seconds:quantile(5m|30m|1h|6h)", rest):
             short, window = match.groups()
             quantiles = ("0.5", "0.9", "0.99") if window == "5m" else ("0.9",)
+            if short == "kv_transfer":
+                quantiles = KV_QUANTILES
             seconds = WINDOW if window == "5m" else SLO_WINDOWS[window]
             buckets: dict[Labels, list[tuple[float, float]]] = defaultdict(list)
             for labels, rate in self._rates(self._vllm(f"{HISTOGRAMS[short]}_bucket"), seconds):
@@ -307,6 +318,49 @@ class Expected:
                 _with(key, quantile=q): prom_quantile(float(q), bs)
                 for key, bs in buckets.items()
                 for q in quantiles
+            }
+        if rest == "kv_transfer_bytes:mean5m":
+            count = _sum(self._rates(self._vllm("nixl_bytes_transferred_count")), MODEL)
+            return _one_to_one(v("dsv4:kv_transfer_bytes:rate5m"), count, prom_div)
+        if rest.startswith("kv_transfer_failure_ratio:"):
+            kind = "rate5m" if rest.endswith(":ratio5m") else "replica_rate5m"
+            # A side with no series (a Ray counter that never moved) counts as 0.
+            failed, done = v(f"dsv4:kv_transfer_failures:{kind}"), v(f"dsv4:kv_transfers:{kind}")
+            keys = failed.keys() | done.keys()
+            return {
+                k: prom_div(failed.get(k, 0.0), failed.get(k, 0.0) + done.get(k, 0.0)) for k in keys
+            }
+        if rest == "serve_replica_role:info":
+            gauges = self._select(
+                "ray_serve_replica_processing_queries", "ray_serve_deployment_replica_healthy"
+            )
+            out = {}
+            for labels, _ in self._instants(gauges):
+                deployment = labels.get("deployment", "")
+                for prefix, role in ROLE_PREFIXES.items():
+                    if (
+                        deployment.startswith(prefix)
+                        and deployment != prefix
+                        and labels.get("replica")
+                    ):
+                        key = _key(labels, ("namespace", "application", "deployment", "replica"))
+                        out[_with(key, role=role)] = 1.0
+            return out
+        if rest == "queue_seconds:role_quantile5m":
+            roles = {
+                _key(dict(k), ("namespace", "replica")): dict(k)["role"]
+                for k in v("dsv4:serve_replica_role:info")
+            }
+            by_role: dict[Labels, list[tuple[float, float]]] = defaultdict(list)
+            for labels, rate in self._rates(self._vllm("request_queue_time_seconds_bucket")):
+                role = roles.get(_key(_replica(labels), ("namespace", "replica")))
+                if role:
+                    key = _with(_key(labels, MODEL), role=role)
+                    by_role[key].append((float(labels["le"]), rate))
+            return {
+                _with(key, quantile=q): prom_quantile(float(q), bs)
+                for key, bs in by_role.items()
+                for q in KV_QUANTILES
             }
         if rest in ("requests_running:sum", "requests_waiting:sum"):
             gauge = "num_requests_running" if "running" in rest else "num_requests_waiting"
@@ -401,6 +455,9 @@ class Expected:
             return _where(v("dsv4:gateway_error_ratio:ratio5m"), lambda _, r: r > 0.05)
         if name == "DSV4RequestsRejected":
             return _where(v("dsv4:gateway_rejected:rate5m"), lambda _, r: r > 0)
+        if name == "DSV4KVTransferFailing":
+            ratios = v("dsv4:kv_transfer_failure_ratio:replica_ratio5m")
+            return _where(ratios, lambda _, r: r > 0.01)
         if name == "DSV4QueueGrowing":
             waiting = _where(v("dsv4:requests_waiting:sum"), lambda _, w: w > 0)
             # deriv over the recorded series: its value at each evaluation in 10m.

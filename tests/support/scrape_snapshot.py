@@ -231,7 +231,13 @@ def rules_in(rules_file: Path) -> list[dict[str, Any]]:
 
 # Series that exist only while a preset option is on: a scrape with none of a group's
 # series had it off, and needs none of them; one with some needs all the rules read.
-OPTIONAL_GROUPS = {"dsv4_spec_guard_": "the speculation guard (speculation.guard adaptive)"}
+# vLLM's NIXL series come in both name forms, so a selector is skipped only when every
+# name it accepts belongs to a group that is off.
+OPTIONAL_GROUPS = {
+    "dsv4_spec_guard_": "the speculation guard (speculation.guard adaptive)",
+    "vllm:nixl_": "the NIXL KV connector (a disaggregation section), vLLM's own server",
+    "ray_vllm_nixl_": "the NIXL KV connector (a disaggregation section), through Ray",
+}
 
 
 def missing_series(snapshot: Snapshot, rules_file: Path) -> dict[str, list[str]]:
@@ -246,7 +252,7 @@ def missing_series(snapshot: Snapshot, rules_file: Path) -> dict[str, list[str]]
     missing: dict[str, list[str]] = defaultdict(list)
     for rule in rules:
         for names in referenced_series(rule["expr"]):
-            if names[0].startswith(off) if off else False:
+            if off and all(name.startswith(off) for name in names):
                 continue
             have = recorded if names[0].startswith("dsv4:") else scraped
             if not have.intersection(names):
