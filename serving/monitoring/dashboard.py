@@ -46,6 +46,8 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from serving.monitoring.rules import KV_FAILURE_RATIO_ALERT, KV_QUANTILES, vllm
+
 UID = "dsv4-serve-mtp"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 MODEL = 'namespace=~"$namespace", model_name=~"$model"'
@@ -105,6 +107,16 @@ class Panel:
         if self.kind == "timeseries":
             return query.range().format(PromQueryFormat.TIME_SERIES)
         return query.instant().format(PromQueryFormat.TABLE)
+
+
+DISAGGREGATION_ROW = "Disaggregation (KV transfer)"
+
+
+def _kv_quantiles(series: str, legend: str) -> list[tuple[str, str]]:
+    return [
+        (f'{series}{{{MODEL}, quantile="{q}"}}', f"{legend} p{float(q) * 100:g}")
+        for q in KV_QUANTILES
+    ]
 
 
 def _published_lines() -> list[tuple[str, str]]:
@@ -336,6 +348,79 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        DISAGGREGATION_ROW,
+        [
+            Panel(
+                "KV transfer time",
+                "Time of one NIXL KV transfer from prefill to decode (one per request and"
+                " remote rank), p50 and p90 over 5 minutes, recorded by decode.",
+                _kv_quantiles("dsv4:kv_transfer_seconds:quantile5m", "{{model_name}}"),
+                unit="s",
+            ),
+            Panel(
+                "KV bytes per transfer",
+                "Mean bytes of one NIXL KV transfer over 5 minutes.",
+                [(f"dsv4:kv_transfer_bytes:mean5m{{{MODEL}}}", "{{model_name}}")],
+                unit="bytes",
+            ),
+            Panel(
+                "KV bytes/s",
+                "Bytes moved from prefill to decode per second.",
+                [(f"dsv4:kv_transfer_bytes:rate5m{{{MODEL}}}", "{{model_name}}")],
+                unit="Bps",
+            ),
+            Panel(
+                "KV transfers and failures/s",
+                "Finished transfers/s, failed ones (transfer, handshake, notification) and"
+                " requests whose KV prefill freed before decode read it (expired).",
+                [
+                    (f"dsv4:kv_transfers:rate5m{{{MODEL}}}", "{{model_name}} finished"),
+                    (f"dsv4:kv_transfer_failures:rate5m{{{MODEL}}}", "{{model_name}} failed"),
+                    (
+                        f"dsv4:kv_transfer_expired_requests:rate5m{{{MODEL}}}",
+                        "{{model_name}} expired",
+                    ),
+                ],
+            ),
+            Panel(
+                "KV transfer failure ratio",
+                "Failed / (failed + finished) transfers per model and per replica (the"
+                " replica that reads the KV); DSV4KVTransferFailing fires above the line.",
+                [
+                    (f"dsv4:kv_transfer_failure_ratio:ratio5m{{{MODEL}}}", "{{model_name}}"),
+                    (
+                        f"dsv4:kv_transfer_failure_ratio:replica_ratio5m{{{REPLICA}}}",
+                        "{{model_name}} {{replica}}",
+                    ),
+                    (f"vector({KV_FAILURE_RATIO_ALERT})", "alert above"),
+                ],
+                unit="percentunit",
+                thresholds=[("green", 0), ("red", KV_FAILURE_RATIO_ALERT)],
+            ),
+            Panel(
+                "Queue time by role",
+                "vLLM's request queue time on prefill and on decode replicas (through Ray"
+                " only: the role comes from the Ray Serve deployment, Prefill:* or Decode:*)."
+                " Decode's includes the wait for prefill's KV.",
+                _kv_quantiles("dsv4:queue_seconds:role_quantile5m", "{{model_name}} {{role}}"),
+                unit="s",
+            ),
+            Panel(
+                "Requests waiting for KV by stage",
+                "vLLM's waiting requests by async KV load stage: not started, in"
+                " progress, loaded but not yet running.",
+                [
+                    (
+                        "sum by (model_name, stage) ("
+                        + vllm("num_requests_kv_fetch_by_stage").replace("}", f", {MODEL}}}")
+                        + ")",
+                        "{{model_name}} {{stage}}",
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
         "DSV4 overrides",
         [
             Panel(
@@ -432,10 +517,18 @@ def dashboard() -> dict[str, Any]:
 TEMPLATE_VARIABLES = ("$namespace", "$model", "$replica")
 
 
-def queries(board: dict[str, Any], concrete: bool = False) -> list[str]:
-    """Every PromQL expression of the dashboard's panels; ``concrete`` replaces the
-    template variables by "match anything", as Grafana's "All" does."""
-    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+def queries(
+    board: dict[str, Any], concrete: bool = False, skip_rows: tuple[str, ...] = ()
+) -> list[str]:
+    """Every PromQL expression of the dashboard's panels (but those under the rows named
+    in ``skip_rows``); ``concrete`` replaces the template variables by "match anything",
+    as Grafana's "All" does."""
+    exprs, row = [], ""
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            row = panel["title"]
+        elif row not in skip_rows:
+            exprs += [t["expr"] for t in panel.get("targets", [])]
     if concrete:
         for variable in TEMPLATE_VARIABLES:
             exprs = [e.replace(variable, ".*") for e in exprs]
