@@ -54,7 +54,8 @@ SERVE_REPLICA_SERIES = (
     "ray_serve_replica_processing_queries",
     "ray_serve_deployment_replica_healthy",
 )
-# With vLLM's default kv_load_failure_policy "fail", every failed transfer fails a request.
+# A failed transfer fails its request (vLLM's kv_load_failure_policy "fail") or makes decode
+# compute the prompt again ("recompute"): either way P/D is not working for it.
 KV_FAILURE_RATIO_ALERT = 0.01
 
 
@@ -470,8 +471,9 @@ def _alerts() -> list[dict[str, Any]]:
             "{{ $value | humanizePercentage }} of KV transfers of {{ $labels.model_name }}"
             " fail on replica {{ $labels.replica }}",
             "NIXL transfers of prompt KV from prefill to decode fail (transfer, handshake or"
-            " notification). With vLLM's default kv_load_failure_policy 'fail' each one fails"
-            " a request. The replica is the one that reads the KV (decode). Check its logs"
+            " notification). Each one fails its request (vLLM's kv_load_failure_policy"
+            " 'fail') or makes decode compute the prompt again ('recompute': late, and more"
+            " load on decode). The replica is the one that reads the KV (decode). Check its logs"
             " for NIXL errors, that prefill replicas are up and reachable on their NIXL side"
             " channel ports, and the dashboard's disaggregation row for expired KV (prefill"
             " freed it before decode read it).",
