@@ -50,6 +50,9 @@ def kv_transfer_config(preset: Preset) -> dict[str, Any]:
         "kv_connector": CONNECTORS[pd.connector],
         "kv_role": "kv_both",
         "kv_buffer_device": device,
+        # vLLM's default fails the request when its KV cannot be read
+        # (vllm/config/kv_transfer.py, v1/core/sched/scheduler.py _handle_invalid_blocks).
+        "kv_load_failure_policy": pd.on_transfer_failure,
     }
     if pd.connector == "nixl" and pd.mtp_on == "decode" and preset.speculation.method != "none":
         # NIXL's handshake compares the engines' speculative configs; a prefill engine

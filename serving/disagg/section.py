@@ -41,6 +41,12 @@ class Disaggregation(_Strict):
         description="where the MTP drafter runs: decode only (prefill computes no drafts; "
         "the handshake's speculative-config check is relaxed for it) or both",
     )
+    on_transfer_failure: Literal["recompute", "fail"] = Field(
+        "recompute",
+        description="when decode cannot read a request's KV (prefill died or its memory "
+        "went away): recompute the prompt on decode (the answer comes late, never wrong) "
+        "or fail the request with an error (vLLM's kv_load_failure_policy)",
+    )
     kv_buffer_device: Literal["auto", "cuda", "cpu"] = Field(
         "auto",
         description="where the connector stages KV: auto is the GPU on GPU presets and "

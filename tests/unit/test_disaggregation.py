@@ -149,3 +149,17 @@ def test_nixl_on_the_cpu_backend_is_not_gated():
     # (tests/serving/test_disaggregation_cpu.py).
     preset = pd_preset("cpu-tiny", "disaggregation.connector=nixl")
     assert connector_problem(preset, "0.32.0") is None
+
+
+@pytest.mark.parametrize(("sets", "policy"), [((), "recompute"), (("fail",), "fail")])
+def test_a_lost_transfer_is_recomputed_on_decode_unless_the_preset_says_fail(sets, policy):
+    chosen = [f"disaggregation.on_transfer_failure={s}" for s in sets]
+    configs = pd_llm_configs(pd_preset("cpu-tiny", "disaggregation.connector=nixl", *chosen), "/m")
+    for config in configs.values():
+        kv = KVTransferConfig(**config["engine_kwargs"]["kv_transfer_config"])
+        assert kv.kv_load_failure_policy == policy
+
+
+def test_an_unknown_transfer_failure_policy_is_refused_by_name():
+    with pytest.raises(ValueError, match="on_transfer_failure"):
+        pd_preset("cpu-tiny", "disaggregation.on_transfer_failure=retry")

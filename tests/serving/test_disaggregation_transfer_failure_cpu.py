@@ -1,0 +1,138 @@
+"""A prefill engine that dies after handing a request over: decode recomputes the prompt and
+answers with the right text, rather than failing the request (vLLM's default) or decoding
+on KV it never received.
+
+Two of vLLM's own OpenAI servers on the CPU, started from the engine arguments the preset's
+`disaggregation` section gives each role (serving/disagg/configs.py), KV over NIXL in host
+memory, on the golden model's "numeric" variant (its attention reaches the logits, so text
+built on missing KV would differ). The client plays Ray Serve LLM's decode server: prefill
+with one token and `do_remote_decode`, then decode with the `kv_transfer_params` it
+returned. The Ray app itself is served disaggregated in test_disaggregation_cpu.py."""
+
+import os
+import random
+import signal
+from contextlib import ExitStack
+
+import httpx
+import pytest
+
+from serving.bench.targets import free_ports
+from serving.disagg.configs import pd_llm_configs
+from serving.golden import GoldenDesign, write_golden_model
+from serving.golden_engine import to_cli_args
+from serving.preset import load_preset, parse_set
+from tests.support.parallel import BIND
+from tests.support.prom_samples import scrape, total
+from tests.support.server_process import PYTHON, running_server
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+MAX_TOKENS = 24
+BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+SETS = ("serving.path=ingress", "disaggregation.connector=nixl")
+
+
+def _prompt(words: int, seed: int) -> str:
+    vocab, rng = GoldenDesign().words, random.Random(seed)
+    return " ".join(rng.choice(vocab) for _ in range(words))
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory: pytest.TempPathFactory):
+    """{role: (base URL, server process)} for the prefill and decode servers."""
+    model = write_golden_model(
+        tmp_path_factory.mktemp("golden-numeric"), GoldenDesign(variant="numeric")
+    )
+    preset = load_preset("cpu-tiny", [parse_set(s) for s in SETS])
+    configs = pd_llm_configs(preset, str(model))
+    logs = tmp_path_factory.mktemp("pd-logs")
+    http, side = free_ports(2), free_ports(2)
+    with ExitStack() as stack:
+        started = {}
+        for i, role in enumerate(("prefill", "decode")):
+            config = configs[f"{role}_config"]
+            cmd = [PYTHON, "-m", "vllm.entrypoints.openai.api_server"]
+            loading = config["model_loading_config"]
+            cmd += ["--model", loading["model_source"], "--served-model-name", loading["model_id"]]
+            cmd += to_cli_args(config["engine_kwargs"])
+            cmd += ["--host", "127.0.0.1", "--port", str(http[i])]
+            env = {
+                **config["runtime_env"]["env_vars"],
+                "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side[i]),
+                # Both engines on this worker's core (tests/support/parallel.py).
+                BIND: os.environ.get(BIND) or "0",
+            }
+            url = f"http://127.0.0.1:{http[i]}"
+            log = logs / f"{role}.log"
+            proc = stack.enter_context(running_server(cmd, f"{url}/health", log, env, timeout=900))
+            started[role] = (url, proc)
+        yield started
+
+
+def _complete(url: str, prompt: str, max_tokens: int, params: dict | None = None) -> httpx.Response:
+    body = {
+        "model": "dsv4-golden",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    if params is not None:
+        body["kv_transfer_params"] = params
+    return httpx.post(f"{url}/v1/completions", json=body, timeout=300)
+
+
+def _text(reply: httpx.Response) -> str:
+    assert reply.status_code == 200, reply.text
+    return reply.json()["choices"][0]["text"]
+
+
+def _reference_and_hand_over(prefill_url: str, prompt: str) -> tuple[str, dict]:
+    """The prefill engine's own answer (decode's prefix cache never sees the prompt), then
+    what Ray Serve LLM's decode server asks of it: one token, the KV kept for decode."""
+    reference = _text(_complete(prefill_url, prompt, MAX_TOKENS))
+    asked = {"do_remote_decode": True, "do_remote_prefill": False}
+    asked |= dict.fromkeys(("remote_engine_id", "remote_block_ids", "remote_host", "remote_port"))
+    reply = _complete(prefill_url, prompt, 1, asked)
+    _text(reply)
+    params = reply.json()["kv_transfer_params"]
+    assert params["do_remote_prefill"] and params["remote_block_ids"], params
+    return reference, params
+
+
+def _by_source(url: str) -> dict[str, float]:
+    samples = scrape(f"{url}/metrics")
+    sources = ("local_compute", "external_kv_transfer")
+    return {s: total(samples, BY_SOURCE, source=s) for s in sources}
+
+
+def _tokens(url: str, prompt: str) -> int:
+    body = {"model": "dsv4-golden", "prompt": prompt}
+    return len(httpx.post(f"{url}/tokenize", json=body, timeout=30).json()["tokens"])
+
+
+def test_decode_reads_a_handed_over_prompt_over_nixl(engines):
+    (prefill, _), (decode, _) = engines["prefill"], engines["decode"]
+    prompt = _prompt(300, seed=1)
+    reference, params = _reference_and_hand_over(prefill, prompt)
+    before = _by_source(decode)
+    assert _text(_complete(decode, prompt, MAX_TOKENS, params)) == reference
+    after = _by_source(decode)
+    # Decode computed at most the prompt's last token: the rest came over NIXL.
+    moved = after["external_kv_transfer"] - before["external_kv_transfer"]
+    assert moved >= _tokens(decode, prompt) - 1, (before, after)
+
+
+def test_decode_recomputes_a_prompt_whose_prefill_engine_died(engines):
+    (prefill, prefill_proc), (decode, _) = engines["prefill"], engines["decode"]
+    prompt = _prompt(300, seed=2)
+    reference, params = _reference_and_hand_over(prefill, prompt)
+    os.killpg(prefill_proc.pid, signal.SIGKILL)  # the whole server: API process and engine
+    prefill_proc.wait(timeout=30)
+    before = _by_source(decode)
+    assert _text(_complete(decode, prompt, MAX_TOKENS, params)) == reference
+    after = _by_source(decode)
+    assert after["external_kv_transfer"] == before["external_kv_transfer"], (before, after)
+    assert after["local_compute"] - before["local_compute"] >= _tokens(decode, prompt) - 1
