@@ -12,6 +12,7 @@ thread count."""
 import json
 import os
 import random
+import re
 import time
 
 import openai
@@ -131,3 +132,48 @@ def test_decode_took_every_prompt_token_from_prefill_over_nixl(app, served):
     assert computed == prompt_tokens
     assert total(samples, "ray_vllm_nixl_xfer_time_seconds_count") >= len(served)
     assert total(samples, "ray_vllm_nixl_bytes_transferred_sum") > 0
+
+
+def test_the_kv_transfer_rules_find_their_series_and_each_engine_s_role(app, served):
+    """What serving/monitoring/rules.py reads under P/D, in the Ray app's own scrape: the
+    NIXL histograms, and for each engine's ReplicaId a Ray Serve series whose replica and
+    deployment give its role (dsv4:serve_replica_role:info)."""
+    from serving.monitoring.rules import (
+        NIXL_BYTES,
+        NIXL_XFER_SECONDS,
+        ROLE_DEPLOYMENTS,
+        SERVE_REPLICA_SERIES,
+    )
+
+    samples = scrape(f"http://127.0.0.1:{app['ports']['ray']}/metrics")
+    names = {name for name, _ in samples}
+    for suffix in ("bucket", "count"):
+        assert f"ray_vllm_{NIXL_XFER_SECONDS}_{suffix}" in names
+    for suffix in ("sum", "count"):
+        assert f"ray_vllm_{NIXL_BYTES}_{suffix}" in names
+    # Nothing failed here: Ray exports a counter only once it moved.
+    assert total(samples, "ray_vllm_nixl_num_failed_transfers_total") == 0
+    deployments = {
+        dict(labels)["replica"]: dict(labels)["deployment"]
+        for name, labels in samples
+        if name in SERVE_REPLICA_SERIES and dict(labels).get("replica")
+    }
+    engines = {
+        dict(labels)["ReplicaId"]
+        for name, labels in samples
+        if name == "ray_vllm_request_queue_time_seconds_bucket"
+    }
+    roles = {
+        role
+        for replica in engines
+        for role, pattern in ROLE_DEPLOYMENTS.items()
+        if re.fullmatch(pattern, deployments.get(replica, ""))
+    }
+    assert len(engines) == 2 and roles == {"prefill", "decode"}, (engines, deployments)
+    # Transfers are recorded by the engine that reads the KV: decode.
+    readers = {
+        dict(labels)["ReplicaId"]
+        for (name, labels), value in samples.items()
+        if name == f"ray_vllm_{NIXL_XFER_SECONDS}_count" and value > 0
+    }
+    assert [deployments[r].split(":")[0] for r in readers] == ["Decode"]
