@@ -35,12 +35,12 @@ HF_HUB_DISABLE_UPDATE_CHECK=1 "$python" -m huggingface_hub.cli.hf download --hel
   || { say "the base image's huggingface_hub has no hf CLI (the download Job needs it)" >&2; exit 1; }
 say "hf CLI: huggingface_hub $("$python" -c 'import huggingface_hub as h; print(h.__version__)')"
 
-# vLLM modules Ray still imports by their old path (model_overrides/import_aliases.py), for
+# vLLM modules Ray still imports by their old path (model_overrides/compat/import_aliases.py), for
 # every Python process of the image: Ray imports them before any vLLM plugin loads.
 site="$("$python" -c 'import model_overrides, pathlib; print(pathlib.Path(model_overrides.__file__).parents[1])')"
-"$python" -c 'from model_overrides.import_aliases import PTH_LINE; print(PTH_LINE, end="")' \
+"$python" -c 'from model_overrides.compat.import_aliases import PTH_LINE; print(PTH_LINE, end="")' \
   > "$site/dsv4_vllm_aliases.pth"
-"$python" -c 'import model_overrides.import_aliases as a; assert a.installed()' \
+"$python" -c 'import model_overrides.compat.import_aliases as a; assert a.installed()' \
   || { say "the vLLM import aliases did not load from $site" >&2; exit 1; }
 say "vLLM import aliases: $site/dsv4_vllm_aliases.pth"
 

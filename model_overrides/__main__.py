@@ -16,7 +16,7 @@ def _status() -> int:
 
 
 def _check(platform: str, strict: bool) -> int:
-    from model_overrides.check_runner import run_check
+    from model_overrides.contracts.check_runner import run_check
     from model_overrides.status import installed_vllm
 
     variants, findings = run_check(platform)
@@ -40,7 +40,7 @@ def _check(platform: str, strict: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model_overrides import kernel_library
+    from model_overrides.kernels import kernel_library
 
     try:
         kernel_library.force_if_requested()  # before anything loads vLLM's kernels
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--version", action="append", help="one supported version (repeatable)")
     args = parser.parse_args(argv)
     if args.command == "matrix":
-        from model_overrides import vllm_matrix
+        from model_overrides.compat import vllm_matrix
 
         wanted = args.version or list(vllm_matrix.SUPPORTED)
         unknown = [v for v in wanted if v not in vllm_matrix.SUPPORTED]

@@ -17,7 +17,7 @@ STATUS_METHOD = "dsv4_override_status"
 
 def report() -> dict[str, Any]:
     """This process's patch outcomes and CPU kernel library (None off the CPU backend)."""
-    from model_overrides import kernel_library
+    from model_overrides.kernels import kernel_library
     from model_overrides.status import collect
 
     library = kernel_library.loaded()

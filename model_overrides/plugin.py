@@ -11,7 +11,7 @@ def register() -> None:
     if _applied:
         return
     _applied = True
-    from model_overrides import kernel_library
+    from model_overrides.kernels import kernel_library
 
     # Before any patch module can import vLLM's kernels. A bad value is reported by
     # the cpu-kernel-library patch as unrecognised.
@@ -22,6 +22,6 @@ def register() -> None:
 
     REGISTRY.apply_all()
 
-    from model_overrides.load_audit import install_if_requested
+    from model_overrides.contracts.load_audit import install_if_requested
 
     install_if_requested()

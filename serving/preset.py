@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from model_overrides.engine_status import WORKER_EXTENSION
-from model_overrides.spec_guard_config import GuardSettings
+from model_overrides.guard.spec_guard_config import GuardSettings
 from serving.bench_model.shapes import released_layers
 from serving.disagg.section import Disaggregation
 
@@ -142,7 +142,7 @@ class Speculation(_Strict):
     guard: GuardSettings = Field(
         default_factory=GuardSettings,
         description="off: static k; batch: vLLM's batch-size table; adaptive: k per step "
-        "from live acceptance and measured step cost (model_overrides/spec_guard.py)",
+        "from live acceptance and measured step cost (model_overrides/guard/spec_guard.py)",
     )
     synthetic_acceptance: SyntheticAcceptance | None = Field(
         None,

@@ -4,7 +4,7 @@ builds it), its environment-variable table and its speculative methods.
     python -m serving.preset_vllm_check        # one JSON line: preset -> problems
 
 Needs vLLM, pydantic and PyYAML only (no Ray), so the version matrix runs it in each
-version's environment (model_overrides/vllm_matrix.py).
+version's environment (model_overrides/compat/vllm_matrix.py).
 """
 
 import json

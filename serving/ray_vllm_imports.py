@@ -7,7 +7,7 @@ a vLLM that moves a module breaks the Serve replicas at import, before any engin
 The version matrix runs this in each vLLM's environment on the project's Ray source (the
 side environments have no Ray). Only module-level imports count: those inside functions
 run on paths we may never take, and Ray guards some of them. They resolve with the
-images' import aliases installed (model_overrides/import_aliases.py), as in the images.
+images' import aliases installed (model_overrides/compat/import_aliases.py), as in the images.
 """
 
 import ast
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from model_overrides import import_aliases
+from model_overrides.compat import import_aliases
 
 
 def module_level_imports(path: Path) -> list[tuple[str, str | None, int]]:

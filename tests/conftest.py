@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from model_overrides import kernel_library
+from model_overrides.kernels import kernel_library
 from serving.golden import GoldenDesign, write_golden_model
 from tests.support import slow_steps
 from tests.support.parallel import (

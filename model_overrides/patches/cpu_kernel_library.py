@@ -6,7 +6,7 @@ set to a lower ISA than the hardware's, the plugin has already made torch report
 that ISA (``kernel_library.force_if_requested``); verify checks vLLM loaded it.
 """
 
-from model_overrides import kernel_library
+from model_overrides.kernels import kernel_library
 from model_overrides.patches.module_attr import is_cpu_platform
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 

@@ -22,7 +22,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from model_overrides.breakable_graphs import prepare_dsv4_import
+from model_overrides.compat.breakable_graphs import prepare_dsv4_import
 from model_overrides.patches.dsv4_cpu_hc_path import HC_PATH_ENV
 from model_overrides.patches.module_attr import import_optional
 from model_overrides.registry import REGISTRY, Need, Patch, Probe

@@ -38,7 +38,7 @@ def source_without_import(module: str, qualname: str) -> str | None:
     """The source of ``module.qualname`` (a function or ``Class.method``) read from the
     module's file, without importing the module: some vLLM modules import DSV4's model
     code at import time, which off the CPU must wait for vLLM's config
-    (model_overrides/breakable_graphs.py). None when the module or the name is missing."""
+    (model_overrides/compat/breakable_graphs.py). None when the module or the name is missing."""
     spec = _spec(module)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None

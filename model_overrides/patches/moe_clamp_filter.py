@@ -3,7 +3,7 @@
 vLLM's ``FusedMoEConfig.swiglu_limit`` says backends that cannot clamp are filtered out by
 ``FusedMoEExperts.is_supported_config``; in vLLM 0.32 the base check has no such filter,
 and the classes below take the limit nowhere on the way to their kernels (found by the
-``moe-clamp`` contract rule, ``model_overrides/clamp_contract.py``, which a test keeps in
+``moe-clamp`` contract rule, ``model_overrides/contracts/clamp_contract.py``, which a test keeps in
 step with this list). For a config with a limit this makes their ``is_supported_config``
 say no, so vLLM's oracle picks a backend that clamps, or refuses to load, instead of
 serving an unclamped SwiGLU. Upstream: ours, not yet reported.

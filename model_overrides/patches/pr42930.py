@@ -17,7 +17,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from model_overrides import breakable_graphs, contract
+from model_overrides.compat import breakable_graphs
+from model_overrides.contracts import contract
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 FOUR_TUPLE = tuple[Any, Any | None, Any | None, Any | None]
@@ -115,7 +116,7 @@ def fix_hc_post_gate(layer: type, decoder: type) -> None:
 def _runtime_variants() -> list[contract.Variant]:
     """This platform's variants, discovered once per process for probes, applies, verifies.
 
-    Off the CPU the probes read the source (model_overrides/breakable_graphs.py says why);
+    Off the CPU the probes read the source (model_overrides/compat/breakable_graphs.py says why);
     only a fix that is needed imports the classes it patches."""
     importing = breakable_graphs.may_import_dsv4_models()
     variants = contract.discover_variants(

@@ -24,7 +24,7 @@ only blank drafts it was asked for, never choose how many the step verifies.
 
 The probe reads those lines in vLLM's source files without importing the runner or the
 proposer: importing ``vllm.v1.worker.gpu_model_runner`` imports DSV4's model modules, and
-off the CPU that must wait for vLLM's config (model_overrides/breakable_graphs.py; measured
+off the CPU that must wait for vLLM's config (model_overrides/compat/breakable_graphs.py; measured
 on the H200: with the runner imported by the plugin, a prompt whose last prefill chunk is
 a few tokens crashed the engine in CUDA-graph replay, docs/gpu-run/2026-12-02-prefix). A
 vLLM that moved any of those lines is "unrecognised" and runs static k (safe). DP > 1 is
@@ -43,20 +43,20 @@ import os
 import time
 from typing import Any
 
-from model_overrides.patches.module_attr import (
-    has_module,
-    import_optional,
-    source_without_import,
-)
-from model_overrides.registry import REGISTRY, Need, Patch, Probe
-from model_overrides.spec_guard import AdaptiveK
-from model_overrides.spec_guard_config import (
+from model_overrides.guard.spec_guard import AdaptiveK
+from model_overrides.guard.spec_guard_config import (
     GUARD_ENV,
     LOG_ENV,
     STATE_ENV,
     GuardSettings,
     from_environment,
 )
+from model_overrides.patches.module_attr import (
+    has_module,
+    import_optional,
+    source_without_import,
+)
+from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 logger = logging.getLogger("vllm.dsv4_overrides")
 _SCHEDULER = "vllm.v1.core.sched.scheduler"

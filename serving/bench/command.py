@@ -16,7 +16,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from model_overrides.spec_guard_config import LOG_ENV
+from model_overrides.guard.spec_guard_config import LOG_ENV
 from serving.bench import guard_bench, local, report, routing_bench, workloads
 from serving.bench.conversations import ConversationWorkload
 from serving.bench.load import Target

@@ -20,7 +20,7 @@ def _cpu_model() -> str | None:
 
 def _isa() -> str | None:
     try:
-        from model_overrides.kernel_library import hardware_isa
+        from model_overrides.kernels.kernel_library import hardware_isa
 
         return hardware_isa()
     except Exception:  # a machine whose CPU flags cannot be read: still bench

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from model_overrides.kernel_library import FORCE_ENV, LIBRARIES
-from model_overrides.spec_guard_config import GUARD_ENV, LOG_ENV, GuardSettings
+from model_overrides.guard.spec_guard_config import GUARD_ENV, LOG_ENV, GuardSettings
+from model_overrides.kernels.kernel_library import FORCE_ENV, LIBRARIES
 from serving.build_args import BuildArgs, resolve
 from serving.golden_engine import mtp_config, to_cli_args
 from serving.llm_config import resolve_model_source
@@ -63,7 +63,7 @@ RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 _VLLM_KIND = re.compile(r"vllm-k([0-8])")
 # vLLM's server at the preset's k with a speculation guard: vLLM's batch-size table, or
-# ours (model_overrides/spec_guard.py). Either takes the preset's own guard settings when
+# ours (model_overrides/guard/spec_guard.py). Either takes the preset's own guard settings when
 # they are of that mode, else these defaults. The idle drafter is the preset's k with our
 # guard scripted to k=0 every step: vLLM still runs its drafter's first pass then (to keep
 # the draft model's KV cache in step), so it is what no choice of k can beat on "zero".

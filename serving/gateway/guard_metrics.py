@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from model_overrides.spec_guard_config import GUARD_ENV, STATE_ENV
+from model_overrides.guard.spec_guard_config import GUARD_ENV, STATE_ENV
 
 STALE_AFTER_S = 30.0  # a state this old is checked against its engine's process
 

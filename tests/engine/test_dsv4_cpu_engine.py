@@ -88,8 +88,8 @@ def test_every_parameter_was_written_by_the_checkpoint(llm, audit_dir: Path, gol
 def test_the_workers_report_the_override_status(llm):
     """What the gateway publishes: asked of the engine's workers through vLLM's
     collective_rpc (the preset's worker extension), where the model runs."""
-    from model_overrides import kernel_library
     from model_overrides.engine_status import STATUS_METHOD
+    from model_overrides.kernels import kernel_library
     from model_overrides.registry import REGISTRY
 
     (report,) = llm.collective_rpc(STATUS_METHOD)

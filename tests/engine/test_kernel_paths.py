@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from model_overrides import kernel_library
+from model_overrides.kernels import kernel_library
 from serving.golden import GoldenDesign, write_golden_model
 from serving.golden.writer import read_design
 from tests.support.checkpoint_jitter import jittered_copy

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from model_overrides import kernel_library
-from model_overrides.kernels import cpu_ops
+from model_overrides.kernels import cpu_ops, kernel_library
 from serving.golden import GoldenDesign
 from tests.support.golden_prompts import engine_env
 from tests.support.paths import ROOT

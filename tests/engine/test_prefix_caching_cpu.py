@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from model_overrides import kernel_library
+from model_overrides.kernels import kernel_library
 from model_overrides.patches.cpu_platform_config import amx_available
 from serving.golden import GoldenDesign, write_golden_model
 from tests.support.child_result import child_result

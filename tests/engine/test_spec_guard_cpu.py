@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from model_overrides.spec_guard_config import GUARD_ENV, GuardSettings
+from model_overrides.guard.spec_guard_config import GUARD_ENV, GuardSettings
 from serving.golden import GoldenDesign, write_golden_model
 from serving.golden.writer import read_design
 from tests.support.child_result import child_result

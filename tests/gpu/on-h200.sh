@@ -40,10 +40,10 @@ if ls .whl/grpcio-*.whl >/dev/null 2>&1 && [ -d /tmp/site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/grpcio-*.whl
 fi
 # Ray Serve LLM imports vLLM modules by paths that vLLM 0.33 moved: the images install our
-# aliases (model_overrides/import_aliases.py) with a .pth file, which PYTHONPATH does not
+# aliases (model_overrides/compat/import_aliases.py) with a .pth file, which PYTHONPATH does not
 # read, so every Python process here (Ray's workers too) takes them from sitecustomize.
 if [ -d /tmp/site ] && [ ! -f /tmp/site/sitecustomize.py ]; then
-    python3 -c 'from model_overrides.import_aliases import PTH_LINE; print(PTH_LINE, end="")' \
+    python3 -c 'from model_overrides.compat.import_aliases import PTH_LINE; print(PTH_LINE, end="")' \
         > /tmp/site/sitecustomize.py
 fi
 # NVLink multicast stays off on shared hosts (the device notes); harmless on one GPU.

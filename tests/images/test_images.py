@@ -225,7 +225,7 @@ def test_check_runs_inside_the_image_as_its_user(images, platform: str):
         entry_points = "import serving.app, serving.bench.command, huggingface_hub.cli.hf, openai"
         buildah("run", "--isolation", "chroot", ctr, "--", "python3", "-c", entry_points)
         # The .pth that serves vLLM modules Ray imports by their old path, in every process.
-        aliases = "import model_overrides.import_aliases as a; assert a.installed()"
+        aliases = "import model_overrides.compat.import_aliases as a; assert a.installed()"
         buildah("run", "--isolation", "chroot", ctr, "--", "python3", "-c", aliases)
     finally:
         buildah("rm", ctr, check=False)
@@ -278,7 +278,7 @@ NEXT_PLATFORMS = ["cuda"]
 
 @pytest.fixture(scope="module")
 def next_images(standin):  # `standin` also builds the wheel the Dockerfiles copy
-    from model_overrides import vllm_matrix
+    from model_overrides.compat import vllm_matrix
 
     python = vllm_matrix.ensure_environment(vllm_matrix.SUPPORTED[NEXT_VLLM])
     site = subprocess.run(
@@ -322,7 +322,7 @@ print("ray-serve-llm imports on", __import__("vllm").__version__)
 
 @pytest.mark.slow
 def test_ray_serve_llms_vllm_engine_imports_in_the_next_vllms_image(next_images):
-    # Without the alias (model_overrides/import_aliases.py) these modules fail to import.
+    # Without the alias (model_overrides/compat/import_aliases.py) these modules fail to import.
     ctr = buildah("from", "--pull-never", next_images["cuda"][0]).stdout.strip()
     try:
         out = buildah("run", "--isolation", "chroot", ctr, "--", "python3", "-c", RAY_ON_NEXT_VLLM)

@@ -1,4 +1,4 @@
-"""Each supported vLLM in its own environment (model_overrides/vllm_matrix.py): every
+"""Each supported vLLM in its own environment (model_overrides/compat/vllm_matrix.py): every
 patch's probe gives its expected verdict (none unrecognised or failed) and the contract
 check holds. The 0.33 and 0.34 environments are built once under .cache/vllm-matrix
 (~2 min each)."""
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from model_overrides import vllm_matrix
+from model_overrides.compat import vllm_matrix
 from serving.gateway.routes import ROUTES, TABLE
 from tests.support.route_builds import default_and_every_switch
 

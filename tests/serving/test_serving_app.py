@@ -13,7 +13,7 @@ import openai
 import psutil
 import pytest
 
-from model_overrides import kernel_library
+from model_overrides.kernels import kernel_library
 from serving.gateway.keys import key_id
 from serving.gateway.routes import TABLE, Kind
 from serving.golden import GoldenDesign

@@ -34,7 +34,7 @@ def engine_facts(llm) -> dict:
         return out
 
     def breaks(worker) -> bool | None:
-        from model_overrides.breakable_graphs import attention_breaks_during_capture
+        from model_overrides.compat.breakable_graphs import attention_breaks_during_capture
 
         return attention_breaks_during_capture()
 

@@ -77,7 +77,7 @@ def main(spec: dict) -> dict:
         _substitute(spec["substitute"])
     from vllm import LLM, SamplingParams
 
-    from model_overrides import kernel_library
+    from model_overrides.kernels import kernel_library
     from model_overrides.registry import REGISTRY
     from serving.golden_engine import golden_engine_kwargs, mtp_config
 

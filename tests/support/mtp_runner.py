@@ -64,7 +64,7 @@ if __name__ == "__main__":
     from vllm import LLM, SamplingParams
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
-    from model_overrides import kernel_library
+    from model_overrides.kernels import kernel_library
     from model_overrides.kernels.dsv4_metadata import token_to_req_indices
     from model_overrides.registry import REGISTRY
 

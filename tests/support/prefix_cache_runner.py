@@ -53,7 +53,7 @@ def main(spec: dict) -> dict:
         os.environ["DSV4_CPU_KERNEL_LIBRARY"] = spec["library"]
     from vllm import LLM, SamplingParams
 
-    from model_overrides import kernel_library
+    from model_overrides.kernels import kernel_library
     from model_overrides.registry import REGISTRY
     from serving.golden import GoldenDesign
     from serving.golden_engine import golden_engine_kwargs, mtp_config

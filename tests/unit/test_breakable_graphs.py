@@ -1,7 +1,7 @@
 """Off the CPU the plugin must not import DSV4's model modules before vLLM's config exists.
 
 vLLM turns breakable CUDA graphs on for DSV4 in ``VllmConfig`` and DSV4's attention reads the
-switch at import (model_overrides/breakable_graphs.py): a plugin that imported it first would
+switch at import (model_overrides/compat/breakable_graphs.py): a plugin that imported it first would
 have the sparse attention captured into the graphs. Here vLLM's platform answers as a GPU
 platform would (``is_cpu`` False: vLLM's own DSV4 package then takes its CUDA branch, which
 imports on this CPU), the whole plugin registers in a child process, and nothing under
@@ -38,7 +38,7 @@ IMPORT = """
 import json, os, sys
 from vllm.platforms import current_platform
 type(current_platform).is_cpu = lambda self: False
-from model_overrides import breakable_graphs
+from model_overrides.compat import breakable_graphs
 if sys.argv[1] == "prepared":
     breakable_graphs.prepare_dsv4_import()
 import vllm.models.deepseek_v4.attention

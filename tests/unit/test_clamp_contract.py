@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from model_overrides import __main__ as cli
-from model_overrides import check_runner
-from model_overrides import clamp_contract as cc
-from model_overrides.contract import Finding, present_variants
+from model_overrides.contracts import check_runner
+from model_overrides.contracts import clamp_contract as cc
+from model_overrides.contracts.contract import Finding, present_variants
 
 CLAMPED, DROPPED, COVERED, NO_KERNEL = "clamped", "DROPPED", "covered", "no kernel"
 
@@ -309,7 +309,7 @@ def test_a_call_through_a_class_override_is_a_call_of_the_class():
     # vLLM 0.33's FusedMoEFactory: `(moe_config_cls or FusedMoEConfig)(...)`.
     import ast
 
-    from model_overrides.clamp_contract import _calls_named
+    from model_overrides.contracts.clamp_contract import _calls_named
 
     tree = ast.parse("(cls or FusedMoEConfig)(swiglu_limit=x)\n(A if c else B)()\nC.D()")
     assert len(_calls_named(tree, "FusedMoEConfig")) == 1

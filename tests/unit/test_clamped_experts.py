@@ -63,7 +63,7 @@ def test_the_installed_vllm_drops_the_limit_and_the_patch_says_so():
 
 
 def test_filter_list_is_what_the_contract_rule_finds_dropping():
-    from model_overrides import clamp_contract
+    from model_overrides.contracts import clamp_contract
     from model_overrides.patches import moe_clamp_filter
 
     for variant in ("nvidia", "amd", "xpu", "cpu"):

@@ -17,7 +17,7 @@ import torch.nn as nn
 from vllm.models.deepseek_v4.cpu.model import DeepseekV4DecoderLayer as CpuDecoder
 from vllm.models.deepseek_v4.nvidia.mtp import DeepSeekV4MultiTokenPredictor
 
-from model_overrides import check_runner, contract
+from model_overrides.contracts import check_runner, contract
 from model_overrides.models.dsv4_mtp_cpu import CpuDeepSeekV4MTPLayer
 from model_overrides.patches import pr42930
 

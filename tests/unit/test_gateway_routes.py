@@ -7,7 +7,7 @@ a vLLM upgrade cannot open one silently (the gateway denies it meanwhile)."""
 import pytest
 from packaging.version import Version
 
-from model_overrides import vllm_matrix
+from model_overrides.compat import vllm_matrix
 from serving.gateway.routes import ROUTES, TABLE, Kind, mounted
 from tests.support.route_builds import default_and_every_switch
 from tests.support.server_process import PYTHON

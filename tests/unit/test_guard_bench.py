@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from model_overrides.spec_guard_config import GUARD_ENV, LOG_ENV
+from model_overrides.guard.spec_guard_config import GUARD_ENV, LOG_ENV
 from serving.bench import guard_bench, workloads
 from serving.bench.command import BenchError, bench_setup, check_platform, check_workloads
 from serving.bench.machine import gpu_info

@@ -1,4 +1,5 @@
-"""The finder that serves a moved module under its old path (model_overrides/import_aliases.py)."""
+"""The finder that serves a moved module under its old path
+(model_overrides/compat/import_aliases.py)."""
 
 import json
 import subprocess
@@ -6,7 +7,7 @@ import sys
 
 import pytest
 
-from model_overrides import import_aliases
+from model_overrides.compat import import_aliases
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def test_the_pth_line_installs_it_at_interpreter_start(tmp_path):
     (tmp_path / "dsv4_vllm_aliases.pth").write_text(import_aliases.PTH_LINE)
     code = (
         "import site, sys; site.addsitedir(sys.argv[1]); "
-        "import model_overrides.import_aliases as a; "
+        "import model_overrides.compat.import_aliases as a; "
         "print(a.installed())"
     )
     out = subprocess.run(

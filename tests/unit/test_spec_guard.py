@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
+from model_overrides.guard.spec_guard import AdaptiveK, PositionAcceptance, expected_tokens
+from model_overrides.guard.spec_guard_config import GUARD_ENV, STATE_ENV, GuardSettings
 from model_overrides.patches import spec_guard as hook
 from model_overrides.registry import Need
-from model_overrides.spec_guard import AdaptiveK, PositionAcceptance, expected_tokens
-from model_overrides.spec_guard_config import GUARD_ENV, STATE_ENV, GuardSettings
 from serving.build_args import BuildArgs, resolve
 from serving.preset import PresetError
 

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model_overrides.contract import Finding
+from model_overrides.contracts.contract import Finding
 
 # ---------------------------------------------------------------- declared facts
 

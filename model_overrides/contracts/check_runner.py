@@ -5,7 +5,7 @@ vLLM has loaded ``_C_AVX512``, and ``vllm.models.deepseek_v4.amd`` imports
 ``vllm.platforms.rocm``, whose ``import vllm._C`` registers the ``_C`` op namespace a
 second time; c10 then aborts the process (SIGABRT, no Python exception). So only the
 variants vLLM itself runs here are imported in this process; each other variant is
-imported in a child (``python -m model_overrides.check_runner VARIANT``), and read
+imported in a child (``python -m model_overrides.contracts.check_runner VARIANT``), and read
 from source when that child cannot import it or dies.
 """
 
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-from model_overrides import clamp_contract, contract
+from model_overrides.contracts import clamp_contract, contract
 
 PLATFORM_VARIANTS = contract.PLATFORM_VARIANTS
 CHILD_TIMEOUT_S = 600
@@ -54,7 +54,7 @@ def _why(proc: subprocess.CompletedProcess) -> str:
 def start_child(name: str) -> subprocess.Popen:
     """Import and check variant ``name`` in a child (collect it with ``check_in_child``)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "model_overrides.check_runner", name],
+        [sys.executable, "-m", "model_overrides.contracts.check_runner", name],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -108,7 +108,7 @@ def run_check(platform: str = "all") -> tuple[list[VariantReport], list[contract
 
 
 def _child(name: str) -> None:
-    from model_overrides import kernel_library
+    from model_overrides.kernels import kernel_library
 
     kernel_library.force_if_requested()  # the parent's library choice holds here too
     report = check_here(name, importing=True)

@@ -3,7 +3,7 @@ for the engine process, which reads them from ``DSV4_SPEC_GUARD`` (JSON).
 
 ``off``: vLLM's static k. ``batch``: vLLM's own batch-size table
 (``num_speculative_tokens_per_batch_size``; no acceptance feedback). ``adaptive``: our
-guard (model_overrides/spec_guard.py) picks k each step from live acceptance and the
+guard (model_overrides/guard/spec_guard.py) picks k each step from live acceptance and the
 step cost it measures. ``script`` is for tests: k follows a fixed list, step by step.
 """
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model_overrides.spec_guard_config import GuardSettings
+from model_overrides.guard.spec_guard_config import GuardSettings
 
 COST_WINDOW = 64  # step timings kept per k value
 REFIT_EVERY = 8  # steps between cost refits

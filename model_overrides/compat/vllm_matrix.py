@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SIDE_ROOT = ROOT / ".cache" / "vllm-matrix"
 DEFAULT = "0.32.0"  # the newest that passed the GPU suite on an H200 (docs/bench-gpu)
 
@@ -123,7 +123,7 @@ SUPPORTED = {
         notes=["CUDA wheel without GPU dependencies, CPU platform (VLLM_TARGET_DEVICE=cpu)"],
         # 0.33 moved vllm.entrypoints.launchers.cli_args to entrypoints/common/cli_args.py,
         # which Ray 2.60's LLM engine and config modules import at module level: they
-        # resolve through the images' import alias (model_overrides/import_aliases.py).
+        # resolve through the images' import alias (model_overrides/compat/import_aliases.py).
         ray_unresolved=frozenset({KV_ROUTER_CHAT_UTILS}),
     ),
     "0.34.0": Version(
@@ -238,7 +238,7 @@ def environment(v: Version) -> dict[str, str]:
         # A CUDA wheel has no CPU kernel library to force (DSV4_CPU_KERNEL_LIBRARY runs
         # the suite as on a lower CPU; the side environments stay as they are). Imported
         # here: kernel_library imports torch, which the matrix's own process needs nowhere.
-        from model_overrides.kernel_library import FORCE_ENV
+        from model_overrides.kernels.kernel_library import FORCE_ENV
 
         env.pop(FORCE_ENV, None)
     return env
@@ -309,8 +309,8 @@ def run_json(v: Version, tag: str, *argv: str) -> Any:
 
 
 def config_reading(v: Version, model_dir: Path) -> dict:
-    """``model_overrides.config_reading`` of ``model_dir`` under version ``v``."""
-    return run_json(v, "READING", "-m", "model_overrides.config_reading", str(model_dir))
+    """``model_overrides.contracts.config_reading`` of ``model_dir`` under version ``v``."""
+    return run_json(v, "READING", "-m", "model_overrides.contracts.config_reading", str(model_dir))
 
 
 def preset_problems(v: Version) -> dict[str, list[str]]:

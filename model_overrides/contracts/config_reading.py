@@ -1,7 +1,7 @@
 """How the installed vLLM reads a DSV4 checkpoint's config: per-layer compress ratio, hash
 layers, rope dimension and each layer's rotary tables (vLLM's own builder).
 
-    python -m model_overrides.config_reading MODEL_DIR   # prints one JSON line
+    python -m model_overrides.contracts.config_reading MODEL_DIR   # prints one JSON line
 
 vLLM 0.32 reads its own ``DeepseekV4Config`` (``compress_ratios``, ``num_hash_layers``);
 0.33 reads transformers' ``DeepseekV4Config``, which turns those into ``layer_types`` /

@@ -62,4 +62,4 @@ def installed() -> bool:
     return any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path)
 
 
-PTH_LINE = "import model_overrides.import_aliases as _a; _a.install()\n"
+PTH_LINE = "import model_overrides.compat.import_aliases as _a; _a.install()\n"
