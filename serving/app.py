@@ -7,8 +7,8 @@ Used as is by ``dsv4-serve up`` (local Ray) and by Ray Serve config files
 from pathlib import Path
 from typing import Any
 
-from serving.build_args import resolve
-from serving.preset import Preset
+from serving.config.build_args import resolve
+from serving.config.preset import Preset
 
 INGRESS_NAME = "Dsv4Ingress"  # the separate ingress deployment (serving.path: ingress)
 DIRECT_NAME = "Dsv4Server"  # the engine-and-ingress deployment (serving.path: direct)
@@ -44,8 +44,8 @@ def build(args: dict[str, Any]) -> Any:
     """Ray Serve application builder (import path ``serving.app:build``)."""
     from ray.serve.llm import LLMConfig
 
+    from serving.config.llm_config import llm_config, resolve_model_source
     from serving.gateway.stack import GatewayOptions
-    from serving.llm_config import llm_config, resolve_model_source
 
     parsed, preset = resolve(args)
     source = resolve_model_source(preset)
@@ -94,7 +94,7 @@ def _direct(config: Any, gateway: Any, preset: Preset) -> Any:
         },
     )
     if preset.serving.routing == "prefix":
-        from serving.ray_private import ingress_request_router
+        from serving.compat.ray_private import ingress_request_router
 
         app = app._with_ingress_request_router(
             ingress_request_router(app, preset.serving.prefix.router_replicas)
@@ -109,9 +109,9 @@ def _with_ingress(config: Any, gateway: Any, engine: Any = None) -> Any:
     from ray.serve.llm import build_llm_deployment
     from ray.serve.llm.ingress import make_fastapi_ingress
 
+    from serving.compat.ray_private import openai_ingress_app, to_model_metadata
     from serving.gateway.ingress import Dsv4Ingress
     from serving.gateway.stack import wrap_app
-    from serving.ray_private import openai_ingress_app, to_model_metadata
 
     app = openai_ingress_app()
     wrap_app(app, models=[config.model_id], options=gateway)

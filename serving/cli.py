@@ -54,7 +54,7 @@ def _cmd_overrides(args: argparse.Namespace) -> int:
 def _cmd_serve_vllm(args: argparse.Namespace) -> int:
     """vLLM's own OpenAI server on the golden model (a baseline; `up` serves through Ray)."""
     from serving.golden import write_golden_model
-    from serving.golden_engine import CPU_ENV, golden_engine_kwargs, mtp_config, to_cli_args
+    from serving.golden.golden_engine import CPU_ENV, golden_engine_kwargs, mtp_config, to_cli_args
 
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").exists():
@@ -72,7 +72,7 @@ def _cmd_serve_vllm(args: argparse.Namespace) -> int:
 
 
 def _build_args(args: argparse.Namespace):
-    from serving.build_args import BuildArgs
+    from serving.config.build_args import BuildArgs
 
     return BuildArgs(
         preset=args.preset,
@@ -87,8 +87,8 @@ def _build_args(args: argparse.Namespace):
 def _cmd_check(args: argparse.Namespace) -> int:
     import json
 
-    from serving.build_args import resolve
-    from serving.llm_config import llm_config, resolve_model_source
+    from serving.config.build_args import resolve
+    from serving.config.llm_config import llm_config, resolve_model_source
 
     _, preset = resolve(_build_args(args))
     print(f"preset {preset.name!r}: {preset.description}")
@@ -112,14 +112,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from serving.serve_config import render
+    from serving.config.serve_config import render
 
     print(render(_build_args(args), host=args.host, port=args.port), end="")
     return 0
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from serving.local_up import up
+    from serving.local.local_up import up
 
     return up(
         _build_args(args),
@@ -132,7 +132,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from serving import generated
+    from serving.chart import generated
 
     if not args.check:
         for path in generated.write():
@@ -198,7 +198,7 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from serving.golden.design import DRAFT_PATTERNS, VARIANTS, WEIGHT_FORMATS
-    from serving.golden_engine import DEFAULT_MODEL_DIR, DEFAULT_SPEC_K
+    from serving.golden.golden_engine import DEFAULT_MODEL_DIR, DEFAULT_SPEC_K
 
     parser = argparse.ArgumentParser(
         prog="dsv4-serve",
@@ -322,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from serving.preset import PresetError
+    from serving.config.preset import PresetError
 
     args = build_parser().parse_args(argv)
     try:

@@ -24,7 +24,7 @@ from serving.bench.machine import client_machine, gpu_info
 from serving.bench.prompts import synthetic_prompts
 from serving.bench.runner import BenchPlan, BenchRun
 from serving.bench.targets import LocalSetup, check_kind, local_setup, local_specs
-from serving.golden_engine import SERVED_MODEL_NAME
+from serving.golden.golden_engine import SERVED_MODEL_NAME
 
 # Kept free at the end of a budget: stopping the targets (the Ray app drains, then
 # stops Serve and Ray) and writing the report with its plots.

@@ -21,7 +21,7 @@ from vllm.benchmarks.lib.endpoint_request_func import (
 )
 
 from serving.bench.stats import SPEC_COUNTERS
-from serving.metrics_page import RAY_EXPORT_PERIOD_S, Samples, scrape
+from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S, Samples, scrape
 
 REQUEST_TIMEOUT_S = 600
 

@@ -20,7 +20,7 @@ from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
 
 from serving.bench.load import Target, run_level, settled_scrape
 from serving.bench.stats import acceptance, spec_decode_delta, summarize
-from serving.metrics_page import Samples, scrape
+from serving.monitoring.metrics_page import Samples, scrape
 
 
 @dataclass

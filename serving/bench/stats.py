@@ -15,7 +15,7 @@ import io
 from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
 from vllm.benchmarks.serve import calculate_metrics
 
-from serving.metrics_page import Samples
+from serving.monitoring.metrics_page import Samples
 
 PERCENTILES = (50, 90, 99)
 LATENCIES = {"ttft": "ttft_s", "itl": "itl_s", "tpot": "tpot_s", "e2el": "e2e_s"}

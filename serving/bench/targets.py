@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 from model_overrides.guard.spec_guard_config import GUARD_ENV, LOG_ENV, GuardSettings
 from model_overrides.kernels.kernel_library import FORCE_ENV, LIBRARIES
-from serving.build_args import BuildArgs, resolve
-from serving.golden_engine import mtp_config, to_cli_args
-from serving.llm_config import resolve_model_source
-from serving.metrics_page import RAY_EXPORT_PERIOD_S
-from serving.preset import Preset
+from serving.config.build_args import BuildArgs, resolve
+from serving.config.llm_config import resolve_model_source
+from serving.config.preset import Preset
+from serving.golden.golden_engine import mtp_config, to_cli_args
+from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 
 GIB = 1 << 30
 # The share of the GPU all local engines' start-up checks may claim together.
@@ -272,7 +272,7 @@ def environment(kind: str, setup: LocalSetup, base_env: Mapping[str, str] | None
     if setup.on_gpu:
         env = {k: v for k, v in env.items() if not k.startswith("VLLM_CPU_") and k != FORCE_ENV}
     if base in RAY_APP_VARIANTS:
-        # The app's own env travels in its Ray runtime_env (serving.llm_config).
+        # The app's own env travels in its Ray runtime_env (serving.config.llm_config).
         env |= RAY_APP_VARIANTS[base][1]
         if setup.ray_metrics_interval_ms:
             env[RAY_REPORT_INTERVAL_ENV] = str(setup.ray_metrics_interval_ms)

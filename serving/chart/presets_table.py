@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.llm_config import RAY_ACCELERATOR_TYPES
-from serving.preset import GPUS_PER_NODE, Preset, list_presets, load_preset
-from serving.proxy import HAPROXY, environment, prefix_routing_environment
+from serving.config.llm_config import RAY_ACCELERATOR_TYPES
+from serving.config.preset import GPUS_PER_NODE, Preset, list_presets, load_preset
+from serving.config.proxy import HAPROXY, environment, prefix_routing_environment
 
 PLATFORMS = {"nvidia": "cuda", "amd": "rocm"}
 
@@ -62,7 +62,7 @@ def preset_row(name: str) -> dict[str, Any]:
         "modelSource": preset.model.source,
         "unvalidated": preset.unvalidated or "",
         # The serving layout the chart's probes, ports and scrape objects follow, and the
-        # environment every Ray process must see before Ray starts (serving/proxy.py).
+        # environment every Ray process must see before Ray starts (serving/config/proxy.py).
         "servingPath": preset.serving.path,
         "proxy": pod_proxy(preset),
         "proxyEnv": environment(pod_proxy(preset)),

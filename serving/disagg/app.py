@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from serving.config.preset import Preset
 from serving.disagg.configs import connector_problem, pd_llm_configs
-from serving.preset import Preset
 
 
 def pd_serving_args(preset: Preset, source: str) -> Any:
     """Ray Serve LLM's own P/D arguments (``PDServingArgs``: its checks that both roles
     serve one model with a KV connector, and its defaults, such as decode's NIXL port
     base moved off prefill's)."""
-    from serving.ray_private import PDServingArgs
+    from serving.compat.ray_private import PDServingArgs
 
     return PDServingArgs.model_validate(pd_llm_configs(preset, source))
 

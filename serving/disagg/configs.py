@@ -8,8 +8,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from serving.llm_config import llm_config
-from serving.preset import Preset
+from serving.config.llm_config import llm_config
+from serving.config.preset import Preset
 
 # vLLM's names for the connectors (vllm/distributed/kv_transfer/kv_connector/factory.py).
 CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector"}

@@ -209,7 +209,7 @@ COLD_START = "on a fresh H200 at V4-Flash width vLLM's JIT kernel warm-up alone 
 
 
 def check_jit_cache(ctx: PreflightContext) -> Finding:
-    """jitCache (serving/jit_cache.py): a volume that outlives the pod, and one the pods on
+    """jitCache (serving/config/jit_cache.py): a volume that outlives the pod, and one the pods on
     several nodes can all mount."""
     if not ctx.plan.objects:
         return ok("JIT cache not checked: the chart was not rendered")

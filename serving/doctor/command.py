@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from serving import generated
+from serving.chart import generated
 from serving.doctor.errors import DoctorError, Unavailable
 from serving.doctor.progress import Progress
 

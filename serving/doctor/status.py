@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import yaml
 
+from serving.config.preset import PresetError, load_preset
 from serving.doctor import kinds
 from serving.doctor.checks_cluster import check_kuberay_crds, check_kuberay_operator
 from serving.doctor.checks_nodes import fit_node, toleration_fix
@@ -40,7 +41,6 @@ from serving.doctor.k8s import (
     timestamp,
 )
 from serving.doctor.plan import pod_plan
-from serving.preset import PresetError, load_preset
 
 STARTUP_HINT = (
     "DSV4 loads for many minutes (the chart's startup probe allows probes.startupSeconds, "

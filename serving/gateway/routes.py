@@ -356,7 +356,7 @@ def build_vllm_app(engine_kwargs: dict[str, Any], profiler: bool = False) -> Any
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.launchers.app import build_app
 
-    from serving.vllm_cli_args import cli_args
+    from serving.compat.vllm_cli_args import cli_args
 
     FrontendArgs = cli_args().FrontendArgs  # noqa: N806 - vLLM's class
 
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from serving.preset import load_preset
+    from serving.config.preset import load_preset
 
     parser = argparse.ArgumentParser(
         prog="python -m serving.gateway.routes",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.preset import Monitoring
+from serving.config.preset import Monitoring
 
 BY_MODEL = "namespace, model_name"
 BY_REPLICA = "namespace, model_name, replica"

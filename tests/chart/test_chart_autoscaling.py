@@ -9,7 +9,7 @@ import pytest
 from ray.serve.config import AutoscalingConfig
 
 from serving.chart.presets_table import presets_table
-from serving.llm_config import deployment_config
+from serving.config.llm_config import deployment_config
 from tests.support.chart_ray import (
     autoscaling_config,
     nodes_to_launch,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.proxy import haproxy_binary
+from serving.config.proxy import haproxy_binary
 
 
 def _free_port() -> int:

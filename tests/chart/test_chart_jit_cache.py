@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.jit_cache import CACHE_DIRS
+from serving.config.jit_cache import CACHE_DIRS
 from tests.support.chart_exec import run_container
 from tests.support.chart_render import by_kind, pod_templates, render, worker_group
 

@@ -1,12 +1,12 @@
 """serve.overrides: a map merged into the preset, as the app's builder resolves it from the
-rendered serveConfigV2 (serving.build_args.resolve, what serving.app:build runs), with
+rendered serveConfigV2 (serving.config.build_args.resolve, what serving.app:build runs), with
 serve.set applied after it and the chart's own keys refused by name."""
 
 from pathlib import Path
 
 import pytest
 
-from serving.build_args import resolve
+from serving.config.build_args import resolve
 from tests.support.chart_render import render, serve_config
 
 

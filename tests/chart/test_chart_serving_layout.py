@@ -1,7 +1,7 @@
 """The chart follows the direct serving layout: the engine replica is the
 ingress, HAProxy fronts the replicas on every node with a Serve proxy.
 
-- The pods get the proxy environment `dsv4-serve up` sets (serving/proxy.py), from one
+- The pods get the proxy environment `dsv4-serve up` sets (serving/config/proxy.py), from one
   source: the generated preset table.
 - Probes: the head keeps KubeRay's defaults; a one-host worker is Ready when its own
   replica serves; hosts of a multi-host replica on their raylet. Checked on the pods of
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from serving import proxy
 from serving.chart.presets_table import presets_table
-from serving.preset import PrefixRouting
+from serving.config import proxy
+from serving.config.preset import PrefixRouting
 from tests.support.chart_cluster import disruptions_allowed
 from tests.support.chart_layout import (
     DIRECT_INGRESS,

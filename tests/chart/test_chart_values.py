@@ -11,7 +11,7 @@ from kubernetes.utils import parse_quantity
 
 from serving.chart.presets_table import presets_table
 from serving.chart.values_model import QUANTITY_PATTERN
-from serving.jit_cache import READERS
+from serving.config.jit_cache import READERS
 from tests.support.chart_render import MONITORING_APIS, ROOT, by_kind, notes, pod_templates, render
 
 PRESETS = presets_table()
@@ -193,7 +193,7 @@ CONSUMERS = {
     "MPLCONFIGDIR": [SITE / "matplotlib"],
 }
 POSIX = {"HOME", "PATH"}
-# The JIT cache variables (serving/jit_cache.py): read by the package it names where that
+# The JIT cache variables (serving/config/jit_cache.py): read by the package it names where that
 # package is installed here; the GPU-only ones (TileLang, CuTe DSL, FlashInfer, the CUDA
 # driver) are not on this machine and are cited there instead.
 JIT_READERS = {name: [SITE / pkg] if pkg else [] for name, pkg in READERS.items()}

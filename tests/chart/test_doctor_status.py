@@ -284,7 +284,7 @@ def test_serve_application_deploy_failed(capsys, tmp_path, shared_dir):
         "Traceback (most recent call last):\n"
         '  File "/home/dsv4/serving/app.py", line 52, in build\n'
         "    preset = load_preset(name, overrides)\n"
-        "serving.preset.PresetError: preset 'h200-flash-mtp' is invalid:\n"
+        "serving.config.preset.PresetError: preset 'h200-flash-mtp' is invalid:\n"
         "  speculation.num_speculative_tokens: Input should be less than or equal to 8"
     )
     objects = cluster(

@@ -11,9 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from serving import generated
-from serving.build_args import resolve
+from serving.chart import generated
 from serving.chart.presets_table import presets_table
+from serving.config.build_args import resolve
 from tests.support.chart_render import CHART, ROOT, by_kind, helm, render
 from tests.support.crd_schema import CrdValidator
 from tests.support.server_process import PYTHON

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from serving.golden import GoldenDesign
-from serving.golden_engine import golden_engine_kwargs
+from serving.golden.golden_engine import golden_engine_kwargs
 from tests.support.golden_prompts import engine_env, prompt_of
 
 pytestmark = pytest.mark.slow

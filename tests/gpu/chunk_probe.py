@@ -19,7 +19,7 @@ if __name__ == "__main__":
     from vllm import LLM, SamplingParams
 
     from serving.golden import GoldenDesign, write_golden_model
-    from serving.golden_engine import golden_engine_kwargs
+    from serving.golden.golden_engine import golden_engine_kwargs
     from tests.support.golden_prompts import prompt_of
 
     model, chunk, caching = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"

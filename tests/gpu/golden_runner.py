@@ -18,8 +18,8 @@ import time
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine and worker in this process
 
+from serving.golden.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
 from serving.golden.writer import read_design  # noqa: E402
-from serving.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
 from tests.support.engine_facts import engine_facts  # noqa: E402
 from tests.support.golden_prompts import MTP_MAX_TOKENS, mtp_prompts, prompt_of  # noqa: E402
 from tests.support.mtp_runner import counters, delta  # noqa: E402

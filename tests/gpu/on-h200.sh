@@ -209,7 +209,7 @@ realwidth)
     # directory, so that what it compiles is kept too.
     if [ "${RAY_SMOKE:-0}" = 1 ]; then
         rm -rf "$work/smoke"
-        (eval "$(python3 -m serving.jit_cache exports "$work/jit")"
+        (eval "$(python3 -m serving.config.jit_cache exports "$work/jit")"
          setsid nohup timeout "${SMOKE_TIMEOUT:-600}" python3 -m tests.gpu.serve_smoke \
             --out "$work/smoke" --deadline $(( ${SMOKE_TIMEOUT:-600} - 40 )) \
             --ready-timeout $(( ${SMOKE_TIMEOUT:-600} - 120 )) "${smoke_sets[@]}" \

@@ -7,7 +7,7 @@
 # ~16 GB), then 12 layers with k = 0 and 2 (two of ~49 GB). Layers 3..11 alternate the
 # compress ratios 4 and 128 with router-chosen experts, as layers 12..42 do, so the slope
 # between the depths is the released model's per-layer cost. Every JIT cache goes under one
-# directory (serving/jit_cache.py): the first engine fills it on a fresh machine, every
+# directory (serving/config/jit_cache.py): the first engine fills it on a fresh machine, every
 # later one starts from it.
 #   tests/gpu/realwidth.sh OUT_DIR CACHE_DIR
 # Environment: DEEP_GEMM_WARMUP (vLLM's VLLM_DEEP_GEMM_WARMUP, default skip: DeepGEMM's
@@ -25,7 +25,7 @@ set -u -o pipefail
 out=${1:?usage: realwidth.sh OUT_DIR CACHE_DIR}
 cache=${2:?usage: realwidth.sh OUT_DIR CACHE_DIR}
 mkdir -p "$out" "$cache"
-eval "$(python3 -m serving.jit_cache exports "$cache")"
+eval "$(python3 -m serving.config.jit_cache exports "$cache")"
 export VLLM_DEEP_GEMM_WARMUP=${DEEP_GEMM_WARMUP:-skip}
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 5 \
     > "$out/gpu-memory.csv" 2>&1 &

@@ -40,10 +40,10 @@ import httpx
 import openai
 import psutil
 
-from serving.build_args import BuildArgs, resolve
+from serving.config.build_args import BuildArgs, resolve
 from serving.golden import GoldenDesign
-from serving.metrics_page import RAY_EXPORT_PERIOD_S
-from serving.processes import free_port
+from serving.local.processes import free_port
+from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 from tests.support.golden_prompts import MTP_MAX_TOKENS, expected_counters, mtp_prompts, prompt_of
 from tests.support.paths import ROOT
 from tests.support.ray_app import READY_LINE

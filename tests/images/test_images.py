@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from serving.jit_cache import DEFAULT_ROOT, cache_env
+from serving.config.jit_cache import DEFAULT_ROOT, cache_env
 from tests.support.paths import ROOT
 from tests.support.pins import lock_pins
 
@@ -88,7 +88,7 @@ def test_non_root_labels_no_secrets_no_pip_cache(platform: str):
     env = " ".join(v for i, v in steps if i == "ENV")
     assert "PIP_NO_CACHE_DIR=1" in env
     assert not any(word in env.upper() for word in ("TOKEN", "PASSWORD", "SECRET", "API_KEY"))
-    # Every JIT cache under the one root serving/jit_cache.py names (the chart mounts it).
+    # Every JIT cache under the one root serving/config/jit_cache.py names (the chart mounts it).
     assert {f"{k}={v}" for k, v in cache_env().items()} <= set(env.split())
     assert sum(1 for i, _ in steps if i in {"RUN", "COPY", "ADD"}) == 2  # two layers
 

@@ -58,7 +58,7 @@ SIDE_VERSIONS = [name for name, v in vllm_matrix.SUPPORTED.items() if v.side]
 @pytest.mark.parametrize("version", SIDE_VERSIONS)
 def test_the_route_table_classifies_what_each_version_mounts(version: str):
     # The project's own vLLM: tests/unit/test_gateway_routes.py. 0.33 moved FrontendArgs
-    # (serving/vllm_cli_args.py); 0.34 moved /fault_tolerance under /v1 and added
+    # (serving/compat/vllm_cli_args.py); 0.34 moved /fault_tolerance under /v1 and added
     # /checkpoint/* (with sleep mode) and /v1/decisions.
     v = vllm_matrix.SUPPORTED[version]
     python = vllm_matrix.ensure_environment(v)

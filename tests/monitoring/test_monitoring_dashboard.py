@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from serving import generated
+from serving.chart import generated
 from serving.monitoring.dashboard import ROWS, dashboard, queries
 from tests.support.paths import ROOT
 

@@ -16,12 +16,17 @@ import openai
 import pytest
 import yaml
 
-from serving import generated
+from serving.chart import generated
 from serving.golden import GoldenDesign, write_golden_model
-from serving.golden_engine import DEFAULT_SPEC_K, golden_engine_kwargs, mtp_config, to_cli_args
-from serving.metrics_page import RAY_EXPORT_PERIOD_S
+from serving.golden.golden_engine import (
+    DEFAULT_SPEC_K,
+    golden_engine_kwargs,
+    mtp_config,
+    to_cli_args,
+)
+from serving.local.processes import free_port
 from serving.monitoring.dashboard import DISAGGREGATION_ROW, dashboard, queries
-from serving.processes import free_port
+from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 from tests.support.golden_prompts import engine_env, prompt_of
 from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving import generated
+from serving.chart import generated
 from serving.monitoring.rules import rule_groups
 from tests.support.paths import ROOT
 

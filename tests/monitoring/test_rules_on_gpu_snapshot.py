@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving import generated
-from serving.preset import load_preset
+from serving.chart import generated
+from serving.config.preset import load_preset
 from tests.support import scrape_snapshot as snap
 from tests.support.paths import ROOT
 

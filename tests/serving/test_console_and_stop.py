@@ -28,8 +28,8 @@ import httpx
 import psutil
 import pytest
 
-from serving.processes import free_port, port_free
-from serving.proxy import RELOAD_GRACE_S, haproxy_config, haproxy_ports
+from serving.config.proxy import RELOAD_GRACE_S, haproxy_config, haproxy_ports
+from serving.local.processes import free_port, port_free
 from tests.support.paths import ROOT
 from tests.support.ray_app import READY_LINE, ray_pids
 
@@ -211,7 +211,7 @@ def test_it_answers(served: Up, golden_design):
 
 
 def test_a_request_may_outlive_the_haproxy_that_took_it_by_an_hour(served: Up):
-    # What Ray rendered from the environment `up` set (serving/proxy.py): a reload's
+    # What Ray rendered from the environment `up` set (serving/config/proxy.py): a reload's
     # old process cuts what it still holds only after this.
     folder, procs = _ours_haproxy(served)
     config = haproxy_config(procs[0].cmdline())

@@ -7,14 +7,14 @@ import openai
 import pytest
 
 from serving.golden import GoldenDesign
-from serving.golden_engine import (
+from serving.golden.golden_engine import (
     DEFAULT_SPEC_K,
     SERVED_MODEL_NAME,
     golden_engine_kwargs,
     mtp_config,
     to_cli_args,
 )
-from serving.processes import free_port
+from serving.local.processes import free_port
 from tests.support.golden_prompts import engine_env, prompt_of
 from tests.support.prom_samples import scrape, total
 from tests.support.server_process import PYTHON, running_server

@@ -36,9 +36,9 @@ from serving.bench.conversations import (
     run_sessions,
     sessions,
 )
+from serving.config.preset import PrefixRouting
 from serving.golden import GoldenDesign
-from serving.metrics_page import RAY_EXPORT_PERIOD_S
-from serving.preset import PrefixRouting
+from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 from serving.routing.decisions import EXPORTED
 from serving.routing.keys import key_hash, routing_key
 from serving.routing.policy import rank

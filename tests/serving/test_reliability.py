@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serving.golden import GoldenDesign
-from serving.metrics_page import RAY_EXPORT_PERIOD_S
+from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 from tests.support.golden_prompts import prompt_of
 from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app

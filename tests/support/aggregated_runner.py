@@ -4,7 +4,7 @@ prompts given as JSON (a child process): the aggregated reference of the P/D tes
 import json
 import sys
 
-from serving.golden_engine import golden_engine_kwargs
+from serving.golden.golden_engine import golden_engine_kwargs
 
 if __name__ == "__main__":
     from vllm import LLM, SamplingParams

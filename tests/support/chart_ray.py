@@ -19,9 +19,9 @@ from ray.autoscaler._private.resource_demand_scheduler import (
 from ray.core.generated.common_pb2 import Bundle, PlacementStrategy
 from ray.core.generated.gcs_pb2 import PlacementGroupTableData
 
-from serving.build_args import resolve
-from serving.llm_config import llm_config
-from serving.preset import Preset
+from serving.config.build_args import resolve
+from serving.config.llm_config import llm_config
+from serving.config.preset import Preset
 from tests.support.chart_render import NAMESPACE, ray_cluster, serve_config
 
 

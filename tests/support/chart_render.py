@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from serving import generated
+from serving.chart import generated
 from tests.support.paths import ROOT
 
 # DSV4_CHART_DIR renders another copy of the chart (e.g. a previous release's, to show a

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from serving import generated
+from serving.chart import generated
 from serving.doctor import kinds
 from serving.doctor.plan import find_helm, render
 

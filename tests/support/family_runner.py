@@ -14,8 +14,8 @@ import sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine and worker in this process
 
 from serving.golden.design import FAMILIES  # noqa: E402
+from serving.golden.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
 from serving.golden.writer import read_design  # noqa: E402
-from serving.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
 from tests.support.golden_prompts import CPU_MTP_MAX_TOKENS, expected_counters  # noqa: E402
 from tests.support.mtp_runner import counters, delta  # noqa: E402
 

@@ -21,8 +21,8 @@ import traceback
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine and worker in this process
 
+from serving.golden.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
 from serving.golden.writer import read_design  # noqa: E402
-from serving.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
 from tests.support.golden_prompts import (  # noqa: E402
     MTP_MAX_TOKENS,
     expected_counters,

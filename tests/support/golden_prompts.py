@@ -11,7 +11,7 @@ def prompt_of(design: GoldenDesign, length: int, seed: int) -> str:
 
 
 def engine_env(tmp_audit_dir: str | None = None) -> dict[str, str]:
-    from serving.golden_engine import CPU_ENV
+    from serving.golden.golden_engine import CPU_ENV
 
     env = dict(CPU_ENV)
     if tmp_audit_dir:

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from model_overrides.guard.spec_guard_config import LOG_ENV, STATE_ENV, from_environment
+from serving.golden.golden_engine import golden_engine_kwargs, mtp_config
 from serving.golden.writer import read_design
-from serving.golden_engine import golden_engine_kwargs, mtp_config
 from tests.support.guard_plan import MAX_TOKENS, K, prompts_of
 from tests.support.mtp_runner import counters, delta
 

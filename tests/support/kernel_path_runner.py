@@ -79,7 +79,7 @@ def main(spec: dict) -> dict:
 
     from model_overrides.kernels import kernel_library
     from model_overrides.registry import REGISTRY
-    from serving.golden_engine import golden_engine_kwargs, mtp_config
+    from serving.golden.golden_engine import golden_engine_kwargs, mtp_config
 
     kwargs = golden_engine_kwargs(spec["model_dir"], **spec.get("engine", {}))
     if spec.get("k"):

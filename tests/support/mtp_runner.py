@@ -17,8 +17,8 @@ import sys
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine and worker in this process
 
+from serving.golden.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
 from serving.golden.writer import read_design  # noqa: E402
-from serving.golden_engine import golden_engine_kwargs, mtp_config  # noqa: E402
 from tests.support.golden_prompts import CPU_MTP_MAX_TOKENS, mtp_prompts  # noqa: E402
 
 SPEC_COUNTERS = (

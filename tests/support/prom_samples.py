@@ -1,6 +1,6 @@
 """Read a Prometheus /metrics page into samples and add them up (test helper)."""
 
-from serving.metrics_page import Samples, scrape
+from serving.monitoring.metrics_page import Samples, scrape
 
 __all__ = ["scrape", "total"]
 

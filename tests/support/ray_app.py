@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from serving.processes import free_port
+from serving.local.processes import free_port
 from tests.support.paths import ROOT
 from tests.support.server_process import PYTHON, running_server
 

@@ -3,7 +3,7 @@
 import json
 import sys
 
-from serving.golden_engine import golden_engine_kwargs
+from serving.golden.golden_engine import golden_engine_kwargs
 
 if __name__ == "__main__":
     from vllm import LLM, SamplingParams

@@ -294,8 +294,8 @@ def unit_test(
 ) -> dict[str, Any]:
     """The ``promtool test rules`` file: the snapshot's series, every recording rule and
     alert expression with its expected value, every alert's firing state."""
+    from serving.config.preset import Monitoring
     from serving.monitoring import rule_tests
-    from serving.preset import Monitoring
 
     defaults = Monitoring().model_dump()
     at = int(WINDOW * 1000)
@@ -379,7 +379,7 @@ def counter_increase(snapshot: Snapshot, name: str, **match: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from serving import generated
+    from serving.chart import generated
 
     parser = argparse.ArgumentParser(description="a promtool unit test from scrape-N.prom files")
     parser.add_argument("scrape_dir", type=Path)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.processes import stop_group
+from serving.local.processes import stop_group
 
 
 def answers(url: str, headers: dict[str, str] | None = None) -> bool:

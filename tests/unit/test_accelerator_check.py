@@ -3,8 +3,8 @@ Ray Serve LLM asks for ``accelerator_type:<type>`` and, on a node without it, th
 waits for the autoscaler for ever (an H100 run of gpu-golden, which asks for H200s, only
 logged "No available node types can fulfill resource request" until its deadline)."""
 
-from serving.local_up import missing_accelerator
-from serving.preset import load_preset
+from serving.config.preset import load_preset
+from serving.local.local_up import missing_accelerator
 
 # ray.cluster_resources() on the lent H100 machine, and on this CPU machine.
 H100_NODE = {"CPU": 16.0, "GPU": 1.0, "memory": 9.1e10, "accelerator_type:H100": 1.0}

@@ -16,8 +16,8 @@ from serving.bench_model import (
 )
 from serving.bench_model.writer import ensure_bench_model
 from serving.cli import main as cli_main
+from serving.config.preset import PresetError, load_preset, parse_set
 from serving.golden import GoldenDesign
-from serving.preset import PresetError, load_preset, parse_set
 
 
 @pytest.mark.parametrize("shape", ["flash", "pro"])

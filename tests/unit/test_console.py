@@ -1,4 +1,4 @@
-"""serving/console.py in a real child process: what reaches the console (a pipe, a
+"""serving/local/console.py in a real child process: what reaches the console (a pipe, a
 terminal) and what reaches the log file, for Python prints, logging, JSON records,
 C-level writes and a child process that inherits the descriptors."""
 
@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from serving.console import KEEP_LOGS, Console, verbose_from_env
+from serving.local.console import KEEP_LOGS, Console, verbose_from_env
 from tests.support.paths import ROOT
 
 CHILD = textwrap.dedent(
     """
     import json, logging, os, subprocess, sys, time
     from pathlib import Path
-    import serving.console as console_module
-    from serving.console import Console
+    import serving.local.console as console_module
+    from serving.local.console import Console
 
     console_module.HEARTBEAT_S = 0.3
     logging.basicConfig(level=logging.INFO)
@@ -164,8 +164,8 @@ HOLD = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from serving.console import Console
-    from serving.local_up import _catch_sigterm, _hold_signals
+    from serving.local.console import Console
+    from serving.local.local_up import _catch_sigterm, _hold_signals
 
     with Console(Path(sys.argv[1])) as console:
         _catch_sigterm()

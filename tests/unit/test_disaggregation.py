@@ -14,10 +14,10 @@ from vllm.config import KVTransferConfig
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
 from serving.app import build
-from serving.build_args import resolve
+from serving.config.build_args import resolve
+from serving.config.llm_config import resolve_model_source
+from serving.config.preset import PresetError, load_preset, parse_set
 from serving.disagg.configs import connector_problem, pd_llm_configs
-from serving.llm_config import resolve_model_source
-from serving.preset import PresetError, load_preset, parse_set
 
 PD_SETS = ["serving.path=ingress", "deployment.autoscaling=null"]
 
@@ -136,7 +136,7 @@ def test_nixl_before_0_34_is_refused_naming_the_upstream_bug():
 
 
 def test_a_local_ray_node_has_cpus_for_every_engine_and_the_ingress():
-    from serving.local_up import local_ray_cpus
+    from serving.local.local_up import local_ray_cpus
 
     preset = pd_preset("cpu-tiny", "disaggregation.prefill.replicas=3")
     # Ray Serve LLM's first bundle holds the replica actor with a rank: 2 CPUs an engine.

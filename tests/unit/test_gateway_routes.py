@@ -46,8 +46,8 @@ def test_the_earlier_layouts_ingress_routes_are_classified():
     make_fastapi_ingress adds them (no Ray started)."""
     from ray.serve.llm.ingress import make_fastapi_ingress
 
+    from serving.compat.ray_private import openai_ingress_app
     from serving.gateway.ingress import Dsv4Ingress
-    from serving.ray_private import openai_ingress_app
 
     app = openai_ingress_app()
     make_fastapi_ingress(Dsv4Ingress, app=app)

@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from serving.processes import end_processes, free_port, port_free, port_holder
-from serving.proxy import haproxy_binary, haproxy_config, haproxy_processes, stop_haproxy
+from serving.config.proxy import haproxy_binary, haproxy_config, haproxy_processes, stop_haproxy
+from serving.local.processes import end_processes, free_port, port_free, port_holder
 
 NODE = "a" * 56  # Ray node ids are 56 hex digits
 OTHER = "b" * 56

@@ -29,7 +29,7 @@ def test_ray_is_one_version_everywhere():
     assert pins((ROOT / "requirements-cpu.txt").read_text())["ray"] == ray
     assert pins((ROOT / "docker/image-requirements.txt").read_text())["ray"] == ray
     assert VALUES["rayVersion"] == ray  # KubeRay's rayVersion
-    private = (ROOT / "serving/ray_private.py").read_text()
+    private = (ROOT / "serving/compat/ray_private.py").read_text()
     supported = re.search(r'SUPPORTED_RAY = "([^"]+)"', private).group(1)
     assert ray.startswith(supported)  # the internals were read in this release
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.build_args import BuildArgs, resolve
-from serving.preset import PresetError, list_presets, load_preset, parse_set
-from serving.preset_vllm_check import OTHER_ENV, literal_values, vllm_argv
-from serving.serve_config import IMPORT_PATH, serve_config
+from serving.compat.preset_vllm_check import OTHER_ENV, literal_values, vllm_argv
+from serving.config.build_args import BuildArgs, resolve
+from serving.config.preset import PresetError, list_presets, load_preset, parse_set
+from serving.config.serve_config import IMPORT_PATH, serve_config
 from tests.support.paths import ROOT
 
 PRESETS = [
@@ -203,7 +203,7 @@ GPU_PRESETS = PRESETS[1:]
 def vllm_parser():
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from serving.vllm_cli_args import cli_args
+    from serving.compat.vllm_cli_args import cli_args
 
     return cli_args().make_arg_parser(FlexibleArgumentParser())
 
@@ -212,7 +212,7 @@ def vllm_parser():
 def test_every_engine_argument_parses_with_vllms_own_parser(preset: str, vllm_parser):
     from ray.serve.llm import LLMConfig
 
-    from serving.llm_config import llm_config
+    from serving.config.llm_config import llm_config
 
     resolved = load_preset(preset)
     # Ray Serve LLM splits engine_kwargs into vLLM's frontend and engine arguments and
@@ -279,7 +279,7 @@ def test_replicas_of_a_small_model_can_share_a_gpu(monkeypatch):
     from ray.serve.llm import LLMConfig
     from vllm.v1.executor.ray_executor_v2 import RayExecutorV2
 
-    from serving.llm_config import llm_config
+    from serving.config.llm_config import llm_config
 
     resolved = load_preset("gpu-golden", [parse_set("accelerator.gpu_share=0.45")])
     config = llm_config(resolved, "/models/m")

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from serving.preset import load_preset, parse_set
-from serving.proxy import HAPROXY, environment, prefix_routing_environment
+from serving.config.preset import load_preset, parse_set
+from serving.config.proxy import HAPROXY, environment, prefix_routing_environment
 from tests.support.paths import ROOT
 
 BUILD = """
@@ -112,7 +112,7 @@ def test_ray_reads_the_prefix_environment_at_import():
     ],
 )
 def test_bad_routing_values_name_the_field(sets, problem):
-    from serving.preset import PresetError
+    from serving.config.preset import PresetError
 
     with pytest.raises(PresetError, match=problem):
         load_preset("cpu-tiny", [parse_set(s) for s in sets])

@@ -1,4 +1,4 @@
-"""serving/start_failure.py on log lines as Ray, Serve, vLLM and HAProxy write them
+"""serving/local/start_failure.py on log lines as Ray, Serve, vLLM and HAProxy write them
 (copied from failed `dsv4-serve up` runs on this machine), and on HAProxy's own answer
 to a taken port."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.proxy import haproxy_binary
-from serving.start_failure import Cause, find_cause, from_exception, parse
+from serving.config.proxy import haproxy_binary
+from serving.local.start_failure import Cause, find_cause, from_exception, parse
 
 REPLICA = "(ServeReplica:dsv4:Dsv4Server pid=4402) "
 WORKER = REPLICA + "(Worker pid=4685) ERROR 12-01 22:05:51 [multiproc_executor.py:1063] "

@@ -66,7 +66,7 @@ env:
   {{- end }}
   - {name: DSV4_GATEWAY_METRICS_PORT, value: {{ $.Values.monitoring.gatewayMetricsPort | quote }}}
   - {name: HF_HUB_OFFLINE, value: "1"}
-  # Every JIT and compile cache on the jitCache volume (serving/jit_cache.py).
+  # Every JIT and compile cache on the jitCache volume (serving/config/jit_cache.py).
   {{- range $name, $dir := $.Files.Get "files/jit-cache-dirs.yaml" | fromYaml }}
   - {name: {{ $name }}, value: {{ printf "%s/%s" (trimSuffix "/" $.Values.jitCache.mountPath) $dir | quote }}}
   {{- end }}
@@ -75,13 +75,13 @@ env:
   - {name: RAY_SERVE_DEFAULT_HTTP_HOST, value: "0.0.0.0"}
   # The proxy in front of the replicas (HAProxy: one per node with a Serve proxy, on the
   # Serve port). Every Ray process reads it at import, so it is set before `ray start`:
-  # the preset's serving/proxy.py environment(), from files/presets.yaml.
+  # the preset's serving/config/proxy.py environment(), from files/presets.yaml.
   {{- $row := include "dsv4.preset" $ | fromYaml }}
   {{- range $name, $value := $row.proxyEnv }}
   - {name: {{ $name }}, value: {{ $value | quote }}}
   {{- end }}
   {{- /* serving.routing prefix: HAProxy hands each body to Ray's ingress router
-  (serving/proxy.py prefix_routing_environment). */}}
+  (serving/config/proxy.py prefix_routing_environment). */}}
   {{- if eq (include "dsv4.routing" $) "prefix" }}
   {{- range $name, $value := $row.prefixRoutingEnv }}
   - {name: {{ $name }}, value: {{ $value | quote }}}

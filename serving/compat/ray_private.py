@@ -28,7 +28,7 @@ def check_ray_version() -> None:
         raise RuntimeError(
             f"dsv4-serve uses Ray Serve LLM internals read in Ray {SUPPORTED_RAY}x, "
             f"found Ray {ray.__version__}: pin ray[serve]=={SUPPORTED_RAY}0 or re-check "
-            "serving/ray_private.py"
+            "serving/compat/ray_private.py"
         )
 
 

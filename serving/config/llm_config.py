@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Any
 
-from serving.preset import Preset
+from serving.config.preset import Preset
 
 # Ray's accelerator_type names for the GPUs our presets target.
 RAY_ACCELERATOR_TYPES = {
@@ -101,7 +101,7 @@ def llm_config(preset: Preset, model_source: str) -> dict[str, Any]:
     if is_local_path(model_source):
         # Node initialisation only downloads the model (a task that imports torch and
         # transformers): nothing to do for a local or PVC path.
-        config["callback_config"] = {"callback_class": "serving.ray_private.SkipNodeInit"}
+        config["callback_config"] = {"callback_class": "serving.compat.ray_private.SkipNodeInit"}
     if acc.kind == "cpu":
         config["accelerator_config"] = {"kind": "cpu"}
         config["placement_group_config"] = {"bundles": [{"CPU": 1}] * acc.per_replica}

@@ -1,6 +1,6 @@
 """Do Ray Serve LLM's imports of vLLM resolve in the installed vLLM?
 
-    python -m serving.ray_vllm_imports RAY_LLM_SERVE_DIR [--no-aliases]   # one JSON line
+    python -m serving.compat.ray_vllm_imports RAY_LLM_SERVE_DIR [--no-aliases]   # one JSON line
 
 Ray Serve LLM imports vLLM by module path (ray/llm/_internal/serve/engines/vllm/...), so
 a vLLM that moves a module breaks the Serve replicas at import, before any engine starts.

@@ -20,7 +20,7 @@ from model_overrides.guard.spec_guard_config import GuardSettings
 from serving.bench_model.shapes import released_layers
 from serving.disagg.section import Disaggregation
 
-PRESETS_DIR = Path(__file__).parent / "presets"
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"  # serving/presets
 NVIDIA_TYPES = ("H100", "H200", "B200", "GB300")
 AMD_TYPES = ("MI300X", "MI355X")
 GPUS_PER_NODE = {"H100": 8, "H200": 8, "B200": 8, "GB300": 4, "MI300X": 8, "MI355X": 8}

@@ -7,7 +7,7 @@ mostly under $HOME, which a container loses on restart. Pointing all of them int
 directory that outlives the pod (the chart's cache volume, ``jitCache`` in values.yaml)
 makes a restart load what the first start compiled.
 
-    python -m serving.jit_cache exports DIR   # shell lines that set them (images, scripts)
+    python -m serving.config.jit_cache exports DIR   # shell lines that set them (images, scripts)
 """
 
 from __future__ import annotations
@@ -68,12 +68,12 @@ def cache_env(root: str = DEFAULT_ROOT) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 2) or argv[0] != "exports":
-        print("usage: python -m serving.jit_cache exports [DIR]", file=sys.stderr)
+        print("usage: python -m serving.config.jit_cache exports [DIR]", file=sys.stderr)
         return 2
     try:
         env = cache_env(argv[1] if len(argv) == 2 else DEFAULT_ROOT)
     except ValueError as exc:
-        print(f"serving.jit_cache: {exc}", file=sys.stderr)
+        print(f"serving.config.jit_cache: {exc}", file=sys.stderr)
         return 2
     for name, value in env.items():
         print(f"export {name}={shlex.quote(value)}")

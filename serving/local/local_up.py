@@ -2,10 +2,10 @@
 
 The console shows our stage lines and one progress line per long step (model write, Ray
 start, engine load); Ray's, Serve's and vLLM's output goes to our log file (and Ray's
-session folder), named on the console (serving/console.py). A failed start ends with one
-line naming the cause found in the logs (serving/start_failure.py) and exits 1 with
+session folder), named on the console (serving/local/console.py). A failed start ends with one
+line naming the cause found in the logs (serving/local/start_failure.py) and exits 1 with
 nothing left running; so does every stop: Ray's processes, and every HAProxy of our Ray
-node, found by its config folder (serving/proxy.py), reload-started ones included.
+node, found by its config folder (serving/config/proxy.py), reload-started ones included.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from serving.build_args import BuildArgs, resolve
-from serving.console import Console, Step, verbose_from_env
-from serving.processes import descendants, end_processes, port_free, port_holder
-from serving.proxy import HAPROXY, haproxy_config, haproxy_ports, stop_haproxy
-from serving.proxy import environment as proxy_environment
-from serving.proxy import resolve as resolve_proxy
-from serving.serve_config import serve_config
-from serving.start_failure import Cause, find_cause, from_exception, parse
+from serving.config.build_args import BuildArgs, resolve
+from serving.config.proxy import HAPROXY, haproxy_config, haproxy_ports, stop_haproxy
+from serving.config.proxy import environment as proxy_environment
+from serving.config.proxy import resolve as resolve_proxy
+from serving.config.serve_config import serve_config
+from serving.local.console import Console, Step, verbose_from_env
+from serving.local.processes import descendants, end_processes, port_free, port_holder
+from serving.local.start_failure import Cause, find_cause, from_exception, parse
 
 if TYPE_CHECKING:
     import psutil
@@ -72,7 +72,7 @@ def _catch_sigterm() -> None:
 
 
 def _in_flight(gateway_metrics_url: str) -> float:
-    from serving.metrics_page import scrape
+    from serving.monitoring.metrics_page import scrape
 
     samples = scrape(gateway_metrics_url)
     return sum(v for (name, _), v in samples.items() if name == "dsv4_gateway_requests_in_flight")
@@ -181,7 +181,7 @@ class LocalRun:
 
     def write_model(self, preset: Any) -> None:
         from serving.app import ensure_model
-        from serving.llm_config import resolve_model_source
+        from serving.config.llm_config import resolve_model_source
 
         source = Path(resolve_model_source(preset))
         kind = preset.model.written
@@ -444,8 +444,8 @@ def local_ray_cpus(preset: Any) -> int:
 def missing_accelerator(preset: Any, resources: dict[str, float]) -> str | None:
     """Why Ray cannot place the preset's replica on this cluster's resources (None when
     it can): the preset asks Ray Serve LLM for ``accelerator_type:<its type>``."""
-    from serving.llm_config import RAY_ACCELERATOR_TYPES
-    from serving.preset import AMD_TYPES, NVIDIA_TYPES
+    from serving.config.llm_config import RAY_ACCELERATOR_TYPES
+    from serving.config.preset import AMD_TYPES, NVIDIA_TYPES
 
     acc = preset.accelerator
     if acc.kind == "cpu" or acc.type is None:
@@ -484,7 +484,7 @@ def up(
 
 
 def _up(console: Console, run: LocalRun) -> int:
-    from serving.preset import PresetError
+    from serving.config.preset import PresetError
 
     run.log_start = console.log_path.stat().st_size
     console.observe(run.on_line)

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from serving.preset import Preset, PresetError, load_preset, parse_set
+from serving.config.preset import Preset, PresetError, load_preset, parse_set
 
 
 class BuildArgs(BaseModel):

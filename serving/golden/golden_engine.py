@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from serving.preset import Preset, load_preset
+from serving.config.preset import Preset, load_preset
 
 GOLDEN_PRESET = "cpu-tiny"
 PRESET_ENV = "DSV4_GOLDEN_PRESET"

@@ -5,7 +5,7 @@ from typing import Any
 
 import yaml
 
-from serving.build_args import BuildArgs, resolve
+from serving.config.build_args import BuildArgs, resolve
 
 APP_NAME = "dsv4"
 IMPORT_PATH = "serving.app:build"

@@ -1,7 +1,7 @@
 """Every preset against the installed vLLM's own code: its argument parser (as `vllm serve`
 builds it), its environment-variable table and its speculative methods.
 
-    python -m serving.preset_vllm_check        # one JSON line: preset -> problems
+    python -m serving.compat.preset_vllm_check        # one JSON line: preset -> problems
 
 Needs vLLM, pydantic and PyYAML only (no Ray), so the version matrix runs it in each
 version's environment (model_overrides/compat/vllm_matrix.py).
@@ -10,7 +10,7 @@ version's environment (model_overrides/compat/vllm_matrix.py).
 import json
 from typing import Any, Literal, Union, get_args, get_origin
 
-from serving.preset import list_presets, load_preset
+from serving.config.preset import list_presets, load_preset
 
 # Environment variables a preset may set that are not vLLM's, each with who reads it.
 OTHER_ENV: dict[str, str] = {}
@@ -66,7 +66,7 @@ def problems(name: str, parser: Any) -> list[str]:
 def main() -> None:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from serving.vllm_cli_args import cli_args
+    from serving.compat.vllm_cli_args import cli_args
 
     parser = cli_args().make_arg_parser(FlexibleArgumentParser())
     print("PRESETS " + json.dumps({name: problems(name, parser) for name in list_presets()}))

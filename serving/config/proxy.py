@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psutil
 
-    from serving.preset import PrefixRouting
+    from serving.config.preset import PrefixRouting
 
 HAPROXY = "haproxy"
 PYTHON = "python"
