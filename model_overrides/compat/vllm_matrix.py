@@ -98,7 +98,7 @@ class Version:
     verdicts: dict[str, str] | None = None
     notes: list[str] = field(default_factory=list)
     # Ray Serve LLM's module-level vLLM imports (ray/llm/_internal/serve, file:line) that
-    # do not resolve on this version (serving/ray_vllm_imports.py).
+    # do not resolve on this version (serving/compat/ray_vllm_imports.py).
     ray_unresolved: frozenset[str] = frozenset()
 
     @property
@@ -315,7 +315,7 @@ def config_reading(v: Version, model_dir: Path) -> dict:
 
 def preset_problems(v: Version) -> dict[str, list[str]]:
     """Every preset against version ``v``'s parser, env table and speculative methods."""
-    return run_json(v, "PRESETS", "-m", "serving.preset_vllm_check")
+    return run_json(v, "PRESETS", "-m", "serving.compat.preset_vllm_check")
 
 
 def ray_unresolved(v: Version, aliases: bool = True) -> dict[str, str]:
@@ -325,7 +325,7 @@ def ray_unresolved(v: Version, aliases: bool = True) -> dict[str, str]:
 
     serve_llm = Path(ray.__file__).parent / "llm" / "_internal" / "serve"
     flags = [] if aliases else ["--no-aliases"]
-    return run_json(v, "IMPORTS", "-m", "serving.ray_vllm_imports", str(serve_llm), *flags)
+    return run_json(v, "IMPORTS", "-m", "serving.compat.ray_vllm_imports", str(serve_llm), *flags)
 
 
 def main(versions: list[str]) -> int:
