@@ -24,7 +24,7 @@ _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0
 REQUESTS = Counter(
     "dsv4_gateway_requests",
     "Requests by route, model and HTTP status",
-    ["route", "model", "status"],
+    ["route", "model_name", "status"],
     registry=REGISTRY,
 )
 IN_FLIGHT = Gauge(
@@ -33,27 +33,27 @@ IN_FLIGHT = Gauge(
 REJECTED = Counter(
     "dsv4_gateway_rejected",
     "Requests refused for overload (429/503)",
-    ["route", "model", "status"],
+    ["route", "model_name", "status"],
     registry=REGISTRY,
 )
 TTFT = Histogram(
     "dsv4_gateway_time_to_first_token_seconds",
     "Request start to first response body bytes",
-    ["route", "model"],
+    ["route", "model_name"],
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
 ITL = Histogram(
     "dsv4_gateway_inter_token_latency_seconds",
     "Gap between streamed chunks",
-    ["route", "model"],
+    ["route", "model_name"],
     buckets=_ITL_BUCKETS,
     registry=REGISTRY,
 )
 E2E = Histogram(
     "dsv4_gateway_request_duration_seconds",
     "Request start to last response byte",
-    ["route", "model"],
+    ["route", "model_name"],
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )

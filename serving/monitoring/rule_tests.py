@@ -147,7 +147,7 @@ def input_series() -> list[dict]:
     }.items():
         labels = {"namespace": NS, "model_name": "flash", "threshold": name}
         s.append(constant("dsv4_monitoring_threshold", labels, value))
-    gw = {"namespace": NS, "model": "flash", "route": "/v1/completions"}
+    gw = {"namespace": NS, "model_name": "flash", "route": "/v1/completions"}
     s += [
         series("dsv4_gateway_requests_total", {**gw, "status": "200"}, 90),
         series("dsv4_gateway_requests_total", {**gw, "status": "500"}, 30),

@@ -258,13 +258,9 @@ def _latency() -> list[dict[str, Any]]:
 
 
 def _load() -> list[dict[str, Any]]:
-    gateway = (
-        'label_replace(rate(dsv4_gateway_requests_total[5m]), "model_name", "$1", "model", "(.*)")'
-    )
+    gateway = "rate(dsv4_gateway_requests_total[5m])"
     gateway_by_code = f'label_replace({gateway}, "code", "${{1}}xx", "status", "(.)..")'
-    rejected = (
-        'label_replace(rate(dsv4_gateway_rejected_total[5m]), "model_name", "$1", "model", "(.*)")'
-    )
+    rejected = "rate(dsv4_gateway_rejected_total[5m])"
     return [
         record("dsv4:requests_running:sum", _sum(BY_MODEL, vllm("num_requests_running"))),
         record("dsv4:requests_waiting:sum", _sum(BY_MODEL, vllm("num_requests_waiting"))),

@@ -380,7 +380,7 @@ class Expected:
         if rest == "gateway_requests:rate5m":
             items = []
             for labels, rate in self._rates(self._select("dsv4_gateway_requests_total")):
-                labels = {**labels, "model_name": labels.get("model", "")}
+                labels = dict(labels)
                 status = labels.get("status", "")
                 if len(status) == 3:
                     labels["code"] = status[0] + "xx"
@@ -393,8 +393,7 @@ class Expected:
             return _one_to_one(errors, total, prom_div)
         if rest == "gateway_rejected:rate5m":
             rates = self._rates(self._select("dsv4_gateway_rejected_total"))
-            by_model = (({**lab, "model_name": lab.get("model", "")}, r) for lab, r in rates)
-            return _sum(by_model, MODEL)
+            return _sum(rates, MODEL)
         if rest == "serve_healthy_replicas:sum":
             gauges = self._instants(self._select("ray_serve_deployment_replica_healthy"))
             return _sum(gauges, ("namespace", "application", "deployment"))

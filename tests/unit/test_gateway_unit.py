@@ -125,40 +125,32 @@ def _sample(name: str, **labels: str) -> float:
 
 def test_metrics_count_requests_latency_streams_and_rejections():
     route, model = "/v1/completions", "gw-model"
-    before = {
-        "ok": _sample("dsv4_gateway_requests_total", route=route, model=model, status="200"),
-        "e2e": _sample("dsv4_gateway_request_duration_seconds_count", route=route, model=model),
-        "itl": _sample("dsv4_gateway_inter_token_latency_seconds_count", route=route, model=model),
-        "rej": _sample("dsv4_gateway_rejected_total", route=route, model=model, status="503"),
-        "401": _sample("dsv4_gateway_requests_total", route=route, model="none", status="401"),
+    names = {
+        "ok": ("dsv4_gateway_requests_total", model, "200"),
+        "e2e": ("dsv4_gateway_request_duration_seconds_count", model, None),
+        "itl": ("dsv4_gateway_inter_token_latency_seconds_count", model, None),
+        "rej": ("dsv4_gateway_rejected_total", model, "503"),
+        # A refused request is never read: its model is unknown ("none").
+        "401": ("dsv4_gateway_requests_total", "none", "401"),
     }
+
+    def now() -> dict[str, float]:
+        out = {}
+        for key, (name, served, status) in names.items():
+            labels = {"route": route, "model_name": served}
+            out[key] = _sample(name, **labels, **({"status": status} if status else {}))
+        return out
+
+    before = now()
     with client_for(KeySource(env={"DSV4_API_KEYS": "k"})) as c:
         auth = {"Authorization": "Bearer k"}
         c.post(route, json={"model": model}, headers=auth)
         c.post(route, json={"model": model, "stream": True}, headers=auth)
         c.post(route, json={"model": model, "overload": True}, headers=auth)
         c.post(route, json={"model": model})  # no key
-    assert (
-        _sample("dsv4_gateway_requests_total", route=route, model=model, status="200")
-        == before["ok"] + 2
-    )
-    assert (
-        _sample("dsv4_gateway_request_duration_seconds_count", route=route, model=model)
-        == before["e2e"] + 2
-    )
-    assert (
-        _sample("dsv4_gateway_inter_token_latency_seconds_count", route=route, model=model)
-        == before["itl"] + 2
-    )
-    assert (
-        _sample("dsv4_gateway_rejected_total", route=route, model=model, status="503")
-        == before["rej"] + 1
-    )
-    # A refused request is never read: its model is unknown ("none").
-    assert (
-        _sample("dsv4_gateway_requests_total", route=route, model="none", status="401")
-        == before["401"] + 1
-    )
+    after = now()
+    added = {key: after[key] - before[key] for key in names}
+    assert added == {"ok": 2, "e2e": 2, "itl": 2, "rej": 1, "401": 1}
     assert _sample("dsv4_gateway_requests_in_flight", route=route) == 0
 
 
@@ -277,3 +269,12 @@ def test_a_replica_whose_engine_died_holds_new_requests_and_ends_itself():
     assert time.monotonic() - t0 >= 0.2 and ended == [1]
     assert response.status_code == 503 and response.headers["retry-after"] == "2"
     assert "engine stopped" in response.json()["error"]["message"]
+
+
+def test_the_gateway_names_the_model_as_vllm_and_the_rules_do():
+    from serving.gateway import metrics
+
+    per_request = (metrics.REQUESTS, metrics.REJECTED, metrics.TTFT, metrics.ITL, metrics.E2E)
+    for family in (*per_request, metrics.THRESHOLDS):
+        labels = family._labelnames  # prometheus-client keeps no public accessor
+        assert "model_name" in labels and "model" not in labels, (family, labels)
