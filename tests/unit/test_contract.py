@@ -72,7 +72,7 @@ def test_importing_the_amd_variant_next_to_a_lower_library_aborts_the_process():
     proc = _forced(
         [
             "-c",
-            "from model_overrides import kernel_library as k; k.force_if_requested(); "
+            "from model_overrides.kernels import kernel_library as k; k.force_if_requested(); "
             "import vllm._custom_ops; assert k.loaded() == '_C_AVX2'; "
             "import vllm.models.deepseek_v4.amd.model",
         ]

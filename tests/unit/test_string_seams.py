@@ -17,6 +17,8 @@ from serving.config.preset import Preset
 from tests.support.paths import ROOT
 
 NAME = re.compile(r"\b(?:serving|model_overrides)(?:\.\w+)+(?::\w+)?")
+# `from package import name` inside a string (code run by `python -c`, a child's script).
+FROM_IMPORT = re.compile(r"\bfrom ((?:serving|model_overrides)(?:\.\w+)*) import (\w+)")
 # Preset keys look like module paths (`serving.proxy=python`): they are not ours to import.
 PRESET_KEYS = {
     f"serving.{field}" for field in Preset.model_fields["serving"].annotation.model_fields
@@ -58,7 +60,8 @@ def named() -> dict[str, set[str]]:
             texts += [(rel, s) for s in _python_strings(path)]
     texts += [(f, (ROOT / f).read_text()) for f in OTHER_FILES if (ROOT / f).is_file()]
     for where, text in texts:
-        for name in NAME.findall(text):
+        imported = [f"{package}.{name}" for package, name in FROM_IMPORT.findall(text)]
+        for name in NAME.findall(text) + imported:
             if name in PRESET_KEYS or any(name.startswith(key + ".") for key in KEYS_ONLY):
                 continue
             found.setdefault(name, set()).add(where)
