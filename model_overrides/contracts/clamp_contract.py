@@ -35,12 +35,13 @@ Compiled kernels (``_C``, FlashInfer, AITER, DeepGEMM, XPU kernels) are not read
 
 import ast
 import functools
-import importlib.util
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from model_overrides.compat.vllm_source import ROOTS, module_file, tree_of
+from model_overrides.compat.vllm_source import parsed as _tree
 from model_overrides.contracts.contract import Finding
 
 # ---------------------------------------------------------------- declared facts
@@ -151,39 +152,7 @@ class Unrecognised(Exception):
 
 
 # ---------------------------------------------------------------- source index
-
-ROOTS: dict[str, Path] = {}  # top-level package -> its directory (tests add synthetic ones)
-
-
-def _root(top: str) -> Path | None:
-    if top not in ROOTS:
-        spec = importlib.util.find_spec(top)
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        ROOTS[top] = Path(next(iter(spec.submodule_search_locations)))
-    return ROOTS[top]
-
-
-def module_file(module: str) -> Path | None:
-    top, *rest = module.split(".")
-    root = _root(top)
-    if root is None:
-        return None
-    base = root.joinpath(*rest)
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-@functools.cache
-def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text())
-
-
-def tree_of(module: str) -> ast.Module | None:
-    path = module_file(module)
-    return _tree(path) if path else None
+# (files and trees: compat/vllm_source.py)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from model_overrides.compat.vllm_source import parsed
+
 HC_STATE = ("post_mix", "res_mix", "residual")
 GUARD_NAMES = ("residual", "use_fused_mhc")
 PLATFORM_VARIANTS = {
@@ -105,13 +107,8 @@ def _only_class(tree: ast.Module) -> ast.ClassDef:
     return next(n for n in tree.body if isinstance(n, ast.ClassDef))
 
 
-@functools.cache
-def _parsed(path: Path) -> ast.Module:
-    return ast.parse(path.read_text())
-
-
 def class_from_source(path: Path, name: str) -> ClassInfo | None:
-    tree = _parsed(path)
+    tree = parsed(path)
     cdef = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
     return ClassInfo(name, [cdef]) if cdef else None
 
@@ -409,7 +406,7 @@ def _attach_delegates(info: ClassInfo | None, model_py: Path, package: str, root
         return
     imported = {
         alias.asname or alias.name: node.module
-        for node in _parsed(model_py).body
+        for node in parsed(model_py).body
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + ".")
         for alias in node.names
     }

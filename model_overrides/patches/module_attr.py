@@ -2,7 +2,6 @@
 kernel dispatcher where the kernel's launch arguments carry everything it needs
 (``DispatchedKernel``), else by replacing the JIT warm-up owner (``KernelSwap``)."""
 
-import ast
 import importlib
 import importlib.util
 import inspect
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from model_overrides.compat.vllm_source import source_of
 from model_overrides.registry import Need, Probe
 
 
@@ -36,22 +36,9 @@ def has_module(module: str) -> bool:
 
 def source_without_import(module: str, qualname: str) -> str | None:
     """The source of ``module.qualname`` (a function or ``Class.method``) read from the
-    module's file, without importing the module: some vLLM modules import DSV4's model
-    code at import time, which off the CPU must wait for vLLM's config
-    (model_overrides/compat/breakable_graphs.py). None when the module or the name is missing."""
-    spec = _spec(module)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    with open(spec.origin) as f:
-        text = f.read()
-    node: ast.AST = ast.parse(text)
-    for part in qualname.split("."):
-        body = getattr(node, "body", [])
-        defs = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-        node = next((n for n in body if isinstance(n, defs) and n.name == part), None)
-        if node is None:
-            return None
-    return ast.get_source_segment(text, node)
+    module's file, without importing the module (compat/vllm_source.py). None when the
+    module or the name is missing."""
+    return source_of(module, qualname)
 
 
 def is_cpu_platform() -> bool:
