@@ -221,7 +221,7 @@ def test_engine_and_gateway_metrics_advance(app, client, golden_design: GoldenDe
     assert d_accepted / d_drafted >= 0.9
     after_gw = scrape(gw_url)
     name = "dsv4_gateway_request_duration_seconds_count"
-    match = {"route": "/v1/completions", "model": MODEL}
+    match = {"route": "/v1/completions", "model_name": MODEL}
     assert total(after_gw, name, **match) - total(before_gw, name, **match) == 3
     assert total(after_gw, "dsv4_gateway_time_to_first_token_seconds_count", **match) >= 3
     # Reported by the process that runs the model (vLLM's worker, which the replica's
