@@ -37,6 +37,12 @@ def step_seconds(entry: dict) -> float | None:
     return tpot * (spec.get("acceptance_length") or 1.0)
 
 
+def decode_context(prompt_tokens: int, max_tokens: int) -> int:
+    """The KV length a decode step sees on average over a request: its prompt and half its
+    output (what the byte floor and `vllm bench forward`'s batches are sized at)."""
+    return prompt_tokens + max_tokens // 2
+
+
 def _depth(report: dict) -> int:
     bench = (report.get("setup") or {}).get("bench_model")
     if not bench:
@@ -116,7 +122,8 @@ def analyse(reports: list[dict]) -> dict[str, Any]:
             if len(measured) >= 2:
                 row |= _extrapolate(measured, full, length, c)
             prompt = int(any_report["plan"].get("prompt_tokens") or 0)
-            context = prompt + any_report["plan"].get("max_tokens", 0) // 2 if prompt else 512
+            max_tokens = any_report["plan"].get("max_tokens", 0)
+            context = decode_context(prompt, max_tokens) if prompt else 512
             floor = step_bytes(released, c, k, context)
             row["floor_s"] = floor.total / bandwidth
             row["floor_bytes"] = floor.as_dict()
