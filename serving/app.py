@@ -62,10 +62,10 @@ def build(args: dict[str, Any]) -> Any:
         from serving.disagg.app import build_pd_engines
 
         decode, decode_config = build_pd_engines(preset, source)
-        return _with_ingress(decode_config, gateway, decode)
+        return _with_ingress(decode_config, gateway, preset, decode)
     if preset.serving.path == "direct":
         return _direct(config, gateway, preset)
-    return _with_ingress(config, gateway)
+    return _with_ingress(config, gateway, preset)
 
 
 def _direct(config: Any, gateway: Any, preset: Preset) -> Any:
@@ -102,7 +102,7 @@ def _direct(config: Any, gateway: Any, preset: Preset) -> Any:
     return app
 
 
-def _with_ingress(config: Any, gateway: Any, engine: Any = None) -> Any:
+def _with_ingress(config: Any, gateway: Any, preset: Preset, engine: Any = None) -> Any:
     """Ray Serve LLM's OpenAI ingress replica, in our gateway, in front of the engine
     deployment: one LLMServer (the earlier layout), or the decode side of P/D."""
     from ray import serve
@@ -119,6 +119,12 @@ def _with_ingress(config: Any, gateway: Any, engine: Any = None) -> Any:
     options = Dsv4Ingress.get_deployment_options(llm_configs=[config])
     options["name"] = INGRESS_NAME
     options["max_replicas_per_node"] = 1  # one gateway metrics port per node
+    if preset.serving.ingress_resource:
+        from serving.disagg.placement import INGRESS_RESOURCE
+
+        # Only the nodes that advertise it (the Helm chart's head) take the ingress.
+        actor = options.setdefault("ray_actor_options", {})
+        actor["resources"] = {**actor.get("resources", {}), INGRESS_RESOURCE: 1}
     return (
         serve.deployment(ingress_cls)
         .options(**options)

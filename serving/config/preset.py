@@ -312,6 +312,12 @@ class Serving(_Strict):
         "replica, within a load bound (serving/routing/)",
     )
     prefix: PrefixRouting = PrefixRouting()
+    ingress_resource: bool = Field(
+        False,
+        description="ingress path: each ingress replica asks for one unit of a custom Ray "
+        "resource (serving/disagg/placement.py INGRESS_RESOURCE) that only some nodes "
+        "advertise (the Helm chart's head), so the gateway metrics port has one home",
+    )
 
     def prefix_routing(self) -> PrefixRouting | None:
         """The prefix router's settings when ``routing`` is ``prefix``, else None."""
@@ -325,6 +331,12 @@ class Serving(_Strict):
                 "Ray's ingress router for each request's replica (Ray 2.60 rejects a "
                 "request router on any other ingress)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _ingress_resource_needs_the_ingress_path(self) -> Serving:
+        if self.ingress_resource and self.path != "ingress":
+            raise ValueError("ingress_resource places the ingress replica: it needs path 'ingress'")
         return self
 
 
@@ -443,9 +455,8 @@ class Preset(_Strict):
             )
         if self.deployment.autoscaling:
             raise ValueError(
-                f"{where} sets replicas per role (prefill.replicas, decode.replicas) and "
-                "does not autoscale yet: drop deployment.autoscaling (--set "
-                "deployment.autoscaling=null)"
+                f"{where} sizes each role itself (prefill/decode .replicas, or their "
+                ".autoscaling): drop deployment.autoscaling (--set deployment.autoscaling=null)"
             )
         if self.parallelism.data > 1:
             raise ValueError(f"{where} with parallelism.data > 1 is not supported")

@@ -10,6 +10,7 @@ from packaging.version import Version
 
 from serving.config.llm_config import llm_config
 from serving.config.preset import Preset
+from serving.disagg.placement import ROLE_RESOURCES
 
 # vLLM's names for the connectors (vllm/distributed/kv_transfer/kv_connector/factory.py).
 CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector"}
@@ -65,14 +66,24 @@ def kv_transfer_config(preset: Preset) -> dict[str, Any]:
 def _role_config(preset: Preset, source: str, role: str) -> dict[str, Any]:
     pd = preset.disaggregation
     assert pd is not None
-    replicas = getattr(pd, role).replicas
+    side = getattr(pd, role)
     role_preset = preset.model_copy(
         update={
             "accelerator": preset.role_accelerator(role),
-            "deployment": preset.deployment.model_copy(update={"replicas": replicas}),
+            "deployment": preset.deployment.model_copy(update={"replicas": side.replicas}),
         }
     )
     config = llm_config(role_preset, source)
+    if side.autoscaling:
+        deployment = config["deployment_config"]
+        deployment.pop("num_replicas")
+        deployment["autoscaling_config"] = side.autoscaling.model_dump()
+    if pd.role_resources:
+        # Ray Serve LLM copies placement_group_config's bundles as given (its
+        # accelerator_type is added on top), and the replica actor joins the first one.
+        resource = ROLE_RESOURCES[role]
+        placement = config["placement_group_config"]
+        placement["bundles"] = [{**b, resource: b.get("GPU", 1)} for b in placement["bundles"]]
     kwargs = config["engine_kwargs"]
     kwargs["kv_transfer_config"] = kv_transfer_config(preset)
     if role == "prefill" and pd.mtp_on == "decode":

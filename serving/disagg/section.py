@@ -4,17 +4,40 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Role(_Strict):
-    """One side of the split: its replica count and, on a shared GPU, its share."""
+class RoleAutoscaling(_Strict):
+    """Serve's autoscaling of one role's deployment (its ``autoscaling_config``). A role
+    never scales to zero: decode has no engine to hand a prompt to without prefill, and
+    the client's request waits on decode."""
 
-    replicas: int = Field(1, ge=1, description="engine replicas of this role")
+    min_replicas: int = Field(ge=1, description="fewest engine replicas of this role")
+    max_replicas: int = Field(ge=1, description="most engine replicas of this role")
+    target_ongoing_requests: int = Field(ge=1, description="Serve's target per replica")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RoleAutoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"min_replicas ({self.min_replicas}) must not exceed max_replicas "
+                f"({self.max_replicas})"
+            )
+        return self
+
+
+class Role(_Strict):
+    """One side of the split: its replica count or autoscaling and, on a shared GPU, its
+    share."""
+
+    replicas: int = Field(1, ge=1, description="engine replicas of this role (no autoscaling)")
+    autoscaling: RoleAutoscaling | None = Field(
+        None, description="Serve autoscales this role's deployment between its bounds"
+    )
     gpu_share: float | None = Field(
         None,
         gt=0,
@@ -51,4 +74,10 @@ class Disaggregation(_Strict):
         "auto",
         description="where the connector stages KV: auto is the GPU on GPU presets and "
         "host memory on the CPU backend",
+    )
+    role_resources: bool = Field(
+        False,
+        description="each role's placement bundles ask for its custom Ray resource "
+        "(serving/disagg/placement.py ROLE_RESOURCES, one unit per GPU), which only that "
+        "role's nodes advertise: the Helm chart's prefill and decode worker groups",
     )
