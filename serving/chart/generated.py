@@ -4,7 +4,8 @@
   chart (PrometheusRule, dashboard ConfigMap) and users without Kubernetes, and the
   rules' promtool unit tests beside them;
 - the per-preset sizing table (serving/presets), the JIT cache variables
-  (serving/config/jit_cache.py) and values.schema.json (the chart's typed values);
+  (serving/config/jit_cache.py), the role resources and NIXL ports of a disaggregated
+  release (serving/disagg/placement.py) and values.schema.json (the chart's typed values);
 - the references in docs/reference: the plugin's patches from their registry and every
   command's help.
 
@@ -25,6 +26,7 @@ RULES_TEST_FILE = CHART_DIR / "files" / "dsv4-rules.test.yaml"
 DASHBOARD_FILE = CHART_DIR / "files" / "dsv4-dashboard.json"
 PRESETS_FILE = CHART_DIR / "files" / "presets.yaml"
 JIT_CACHE_FILE = CHART_DIR / "files" / "jit-cache-dirs.yaml"
+DISAGGREGATION_FILE = CHART_DIR / "files" / "disaggregation.yaml"
 VALUES_SCHEMA_FILE = CHART_DIR / "values.schema.json"
 REFERENCE_DIR = CHART_DIR.parents[1] / "docs" / "reference"
 PATCHES_REFERENCE = REFERENCE_DIR / "patches.md"
@@ -36,6 +38,7 @@ def rendered() -> dict[Path, str]:
     from serving.chart.presets_table import presets_table
     from serving.chart.values_model import values_schema
     from serving.config.jit_cache import CACHE_DIRS
+    from serving.disagg.placement import chart_table
     from serving.monitoring.dashboard import dashboard
     from serving.monitoring.rule_tests import rule_tests
     from serving.monitoring.rules import rule_groups
@@ -59,6 +62,11 @@ def rendered() -> dict[Path, str]:
         JIT_CACHE_FILE: as_yaml(
             CACHE_DIRS,
             "# The engine's JIT cache variables -> directories under jitCache.mountPath\n",
+        ),
+        DISAGGREGATION_FILE: as_yaml(
+            chart_table(),
+            "# Role resources and NIXL ports of a disaggregated release "
+            "(serving/disagg/placement.py)\n",
         ),
         VALUES_SCHEMA_FILE: as_json(values_schema()),
     }

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.chart.presets_table import gpu_presets
+from serving.disagg.section import Disaggregation as Section
 
 # A Kubernetes resource quantity ("16Gi", "500m", "1.5", "2e3"): the API server's grammar
 # (k8s.io/apimachinery resource.Quantity), so `helm install` rejects what it would.
@@ -42,6 +43,12 @@ class Serve(_Strict):
         description="how requests reach the replicas (the preset's serving.routing when "
         "empty): default, HAProxy's leastconn; prefix, requests sharing a prefix go to one "
         "replica within a load bound (sets HAProxy's body forwarding on every pod)",
+    )
+    path: Literal["", "direct", "ingress"] = Field(
+        "",
+        description="the serving layout (the preset's serving.path when empty): direct, the "
+        "engine replica is the ingress; ingress, Ray Serve LLM's OpenAI ingress with the "
+        "gateway runs on the head in front of the engines (disaggregation needs it)",
     )
 
 
@@ -106,6 +113,51 @@ class Workers(_Strict):
     arch: Arch | Literal[""] = Field(
         "", description="CPU architecture of the GPU nodes; default: the preset's (GB300 arm64)"
     )
+
+
+def _section_choices(field: str) -> Any:
+    """A field's choices as the preset's disaggregation section declares them."""
+    return Section.model_fields[field].annotation
+
+
+class RoleResources(_Strict):
+    cpu: Quantity | None = Field(None, description="default: workers.resources.cpu")
+    memory: Quantity | None = Field(None, description="default: workers.resources.memory")
+
+
+class RoleGroup(_Strict):
+    """One role's worker group and Serve deployment, sized from one set of values."""
+
+    minReplicas: int = Field(
+        1, ge=1, description="engine replicas of this role (a role never scales to zero)"
+    )
+    maxReplicas: int | None = Field(
+        None, ge=1, description="default: minReplicas; above it, Serve and KubeRay autoscale"
+    )
+    targetOngoingRequests: int | None = Field(
+        None, ge=1, description="Serve's autoscaling target per replica; default: the preset's"
+    )
+    resources: RoleResources = RoleResources()
+
+
+class Disaggregation(_Strict):
+    """Prefill and decode engines on their own worker groups (serving/disagg)."""
+
+    enabled: bool = Field(False, description="serve the preset disaggregated (needs path ingress)")
+    connector: _section_choices("connector") = Field(  # type: ignore[valid-type]
+        "nixl", description="vLLM's KV connector (the preset section's connector)"
+    )
+    mtpOn: _section_choices("mtp_on") = Field(  # type: ignore[valid-type]
+        "decode", description="where the MTP drafter runs (the preset section's mtp_on)"
+    )
+    onTransferFailure: _section_choices("on_transfer_failure") = Field(  # type: ignore[valid-type]
+        "recompute", description="the preset section's on_transfer_failure"
+    )
+    kvBufferDevice: _section_choices("kv_buffer_device") = Field(  # type: ignore[valid-type]
+        "auto", description="the preset section's kv_buffer_device"
+    )
+    prefill: RoleGroup = RoleGroup()
+    decode: RoleGroup = RoleGroup()
 
 
 class Rdma(_Strict):
@@ -343,6 +395,7 @@ class ChartValues(_Strict):
     image: Images
     head: Head
     workers: Workers
+    disaggregation: Disaggregation = Disaggregation()
     rdma: Rdma = Rdma()
     hostIPC: bool = False
     scheduling: Scheduling = Scheduling()

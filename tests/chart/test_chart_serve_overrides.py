@@ -42,8 +42,8 @@ def test_overrides_reach_the_preset_and_set_wins(tmp_path: Path):
         ({"parallelism": {"tensor": 4}}, "serve.overrides.parallelism: the chart sets"),
         (
             {"disaggregation": {"connector": "nixl"}},
-            "serve.overrides.disaggregation: the chart sets disaggregation itself; the chart "
-            "has one worker group",
+            "serve.overrides.disaggregation: the chart sets disaggregation itself; use the "
+            "chart's disaggregation values",
         ),
     ],
 )

@@ -79,10 +79,11 @@ def test_serve_routing_reaches_the_serve_config_and_every_ray_pod(routing: str, 
     ("item", "message"),
     [
         ("serving.proxy=python", "the chart sets serving.proxy itself"),
-        ("serving.path=ingress", "the chart sets serving.path itself"),
+        ("serving.path=ingress", "the chart sets serving.path itself; use serve.path"),
+        ("serving.ingress_resource=true", "the chart sets serving.ingress_resource itself"),
         ("serving.routing=prefix", "the chart sets serving.routing itself; use serve.routing"),
         ("serving.prefix.body_limit_bytes=65536", "sets serving.prefix.body_limit_bytes itself"),
-        ("disaggregation.decode.replicas=2", "not prefill and decode groups"),
+        ("disaggregation.decode.replicas=2", "use the chart's disaggregation values"),
     ],
 )
 def test_serve_set_cannot_switch_the_layout(item: str, message: str, tmp_path: Path):

@@ -109,12 +109,15 @@ def serve_config(objects: list[dict]) -> dict[str, Any]:
 
 
 def pod_templates(objects: list[dict]) -> dict[str, dict[str, Any]]:
-    """Every pod the release creates, by role: {role: {"metadata": ..., "spec": ...}}."""
+    """Every pod the release creates, by role: {role: {"metadata": ..., "spec": ...}}; the
+    worker group is "worker", or a disaggregated release's groups "prefill" and "decode"."""
     cluster = ray_cluster(objects)
-    out = {
-        "head": cluster["headGroupSpec"]["template"],
-        "worker": worker_group(objects)["template"],
-    }
+    out = {"head": cluster["headGroupSpec"]["template"]}
+    groups = cluster["workerGroupSpecs"]
+    for group in groups:
+        labels = group["template"]["metadata"]["labels"]
+        role = labels.get("dsv4-serve/role", "worker") if len(groups) > 1 else "worker"
+        out[role] = group["template"]
     for job in by_kind(objects, "Job"):
         out[job["metadata"]["labels"]["app.kubernetes.io/component"]] = job["spec"]["template"]
     for pod in by_kind(objects, "Pod"):

@@ -27,6 +27,8 @@ OPERATOR_LABELS = {
     "app.kubernetes.io/component": "kuberay-operator",
 }
 API_SERVER_IP = "192.168.10.5"
+# Worker pod roles (tests/support/chart_render.py pod_templates): two pods of each.
+WORKER_ROLES = ("worker", "prefill", "decode")
 HUB_IP = "18.160.10.20"
 
 
@@ -132,7 +134,7 @@ def cluster_endpoints(
     endpoints: dict[str, Endpoint] = {}
     templates = pod_templates(objects)
     for role, template in templates.items():
-        names = ["worker-0", "worker-1"] if role == "worker" else [role]
+        names = [f"{role}-0", f"{role}-1"] if role in WORKER_ROLES else [role]
         for i, name in enumerate(names):
             endpoints[name] = Endpoint(
                 name,

@@ -90,8 +90,53 @@ app.kubernetes.io/part-of: dsv4-serve
 {{- end }}
 {{- end }}
 
-{{/* Engine replicas: one set of values for the worker group and Serve's autoscaling. */}}
+{{/* The serving layout: serve.path, else ingress for a disaggregated release (its decode
+engines sit behind Ray Serve LLM's OpenAI ingress), else the preset's serving.path. */}}
+{{- define "dsv4.layout" -}}
+{{- .Values.serve.path | default (ternary "ingress" (include "dsv4.preset" . | fromYaml).servingPath .Values.disaggregation.enabled) -}}
+{{- end }}
+
+{{/* files/disaggregation.yaml: role resources and NIXL ports (serving/disagg/placement.py). */}}
+{{- define "dsv4.pdTable" -}}
+{{- .Files.Get "files/disaggregation.yaml" -}}
+{{- end }}
+
+{{/* Does a disaggregated release move its KV over NIXL (fixed side-channel and UCX ports)? */}}
+{{- define "dsv4.nixl" -}}
+{{- if and .Values.disaggregation.enabled (eq .Values.disaggregation.connector "nixl") }}true{{ end }}
+{{- end }}
+
+{{/* One role's engine replicas (include with (list . "prefill"|"decode")): one set of values
+for its worker group and its Serve deployment. */}}
+{{- define "dsv4.roleScaling" -}}
+{{- $ctx := index . 0 }}{{- $role := index . 1 }}
+{{- $row := include "dsv4.preset" $ctx | fromYaml }}
+{{- $v := get $ctx.Values.disaggregation $role }}
+{{- $min := int $v.minReplicas }}
+{{- $max := ternary $min (int $v.maxReplicas) (kindIs "invalid" $v.maxReplicas) }}
+{{- if gt $min $max }}
+{{- fail (printf "disaggregation.%s.minReplicas (%d) must not exceed disaggregation.%s.maxReplicas (%d)" $role $min $role $max) }}
+{{- end }}
+{{- $target := ternary (int $row.targetOngoingRequests) (int $v.targetOngoingRequests) (kindIs "invalid" $v.targetOngoingRequests) }}
+min: {{ $min }}
+max: {{ $max }}
+target: {{ $target }}
+autoscale: {{ lt $min $max }}
+{{- end }}
+
+{{/* Engine replicas: one set of values for the worker group and Serve's autoscaling. With
+disaggregation, autoscale is whether either role autoscales. */}}
 {{- define "dsv4.scaling" -}}
+{{- if .Values.disaggregation.enabled }}
+{{- $p := include "dsv4.roleScaling" (list . "prefill") | fromYaml }}
+{{- $d := include "dsv4.roleScaling" (list . "decode") | fromYaml }}
+autoscale: {{ or $p.autoscale $d.autoscale }}
+{{- else }}
+{{- include "dsv4.engineScaling" . }}
+{{- end }}
+{{- end }}
+
+{{- define "dsv4.engineScaling" -}}
 {{- $row := include "dsv4.preset" . | fromYaml }}
 {{- $w := .Values.workers }}
 {{- $min := ternary (int $row.minReplicas) (int $w.minReplicas) (kindIs "invalid" $w.minReplicas) }}
@@ -111,14 +156,34 @@ autoscale: {{ lt $min $max }}
 
 {{/* Preset overrides the chart itself derives from its values (before serve.set). */}}
 {{- define "dsv4.chartSets" -}}
-{{- $s := include "dsv4.scaling" . | fromYaml -}}
 - {{ printf "model.source=%s" (include "dsv4.modelPath" .) | quote }}
 - {{ printf "serving.routing=%s" (include "dsv4.routing" .) | quote }}
+- {{ printf "serving.path=%s" (include "dsv4.layout" .) | quote }}
+{{- if eq (include "dsv4.layout" .) "ingress" }}
+{{- /* The ingress replica on the head, which advertises the resource (rayservice.yaml). */}}
+- "serving.ingress_resource=true"
+{{- end }}
+{{- if .Values.disaggregation.enabled }}
+{{- $pd := .Values.disaggregation }}
+{{- $section := dict "connector" $pd.connector "mtp_on" $pd.mtpOn "on_transfer_failure" $pd.onTransferFailure "kv_buffer_device" $pd.kvBufferDevice "role_resources" true }}
+{{- range $role := list "prefill" "decode" }}
+{{- $r := include "dsv4.roleScaling" (list $ $role) | fromYaml }}
+{{- if $r.autoscale }}
+{{- $_ := set $section $role (dict "autoscaling" (dict "min_replicas" (int $r.min) "max_replicas" (int $r.max) "target_ongoing_requests" (int $r.target))) }}
+{{- else }}
+{{- $_ := set $section $role (dict "replicas" (int $r.max)) }}
+{{- end }}
+{{- end }}
+- "deployment.autoscaling=null"
+- {{ printf "disaggregation=%s" (toJson $section) | quote }}
+{{- else }}
+{{- $s := include "dsv4.scaling" . | fromYaml -}}
 {{- if $s.autoscale }}
 - {{ printf "deployment.autoscaling={min_replicas: %d, max_replicas: %d, target_ongoing_requests: %d}" (int $s.min) (int $s.max) (int $s.target) | quote }}
 {{- else }}
 - "deployment.autoscaling=null"
 - {{ printf "deployment.replicas=%d" (int $s.max) | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -187,7 +252,7 @@ HAProxy's included (ray/serve/_private/constants.py defaults). */}}
 {{- $_ := set $seen (toString $port) $name }}
 {{- end }}
 {{- /* serve.set must not resize what the worker group is sized from. */}}
-{{- $owned := dict "deployment.replicas" "use workers.minReplicas/maxReplicas: they size the worker group too" "deployment.autoscaling" "use workers.minReplicas/maxReplicas/targetOngoingRequests: they size the worker group too" "accelerator" "the worker group's GPUs come from the preset: choose another preset" "parallelism" "the worker group's GPUs and hosts come from the preset: choose another preset" "model.source" "use model.path" "serving.proxy" "the pods' environment selects the proxy before Ray starts (files/presets.yaml proxyEnv): choose it in the preset" "serving.path" "the chart's probes, ports and scrape targets follow the direct layout (the engine replica is the ingress)" "serving.routing" "use serve.routing: it sets the pods' environment before Ray starts too" "serving.prefix.body_limit_bytes" "it is HAProxy's buffer size, set in the pods' environment before Ray starts (files/presets.yaml prefixRoutingEnv): choose it in the preset" "disaggregation" "the chart has one worker group for one engine deployment, not prefill and decode groups: run a disaggregated preset with dsv4-serve up or a Serve config of your own" }}
+{{- $owned := dict "deployment.replicas" "use workers.minReplicas/maxReplicas: they size the worker group too" "deployment.autoscaling" "use workers.minReplicas/maxReplicas/targetOngoingRequests: they size the worker group too" "accelerator" "the worker group's GPUs come from the preset: choose another preset" "parallelism" "the worker group's GPUs and hosts come from the preset: choose another preset" "model.source" "use model.path" "serving.proxy" "the pods' environment selects the proxy before Ray starts (files/presets.yaml proxyEnv): choose it in the preset" "serving.path" "use serve.path: the chart's probes, ports and scrape targets follow the layout" "serving.ingress_resource" "the chart places the ingress replica on the head in the ingress layout" "serving.routing" "use serve.routing: it sets the pods' environment before Ray starts too" "serving.prefix.body_limit_bytes" "it is HAProxy's buffer size, set in the pods' environment before Ray starts (files/presets.yaml prefixRoutingEnv): choose it in the preset" "disaggregation" "use the chart's disaggregation values: they size the prefill and decode worker groups too" }}
 {{- range $i, $item := .Values.serve.set }}
 {{- $key := regexReplaceAll "=.*$" $item "" | trim }}
 {{- range $prefix, $hint := $owned }}
@@ -212,8 +277,29 @@ HAProxy's included (ray/serve/_private/constants.py defaults). */}}
 {{- end }}
 {{- end }}
 {{- $row := include "dsv4.preset" . | fromYaml }}
-{{- if ne $row.servingPath "direct" }}
-{{- fail (printf "preset %q uses serving.path %s; the chart's probes, ports and scrape targets follow the direct layout (the engine replica is the ingress)" .Values.preset $row.servingPath) }}
+{{- /* Disaggregation: decode behind the OpenAI ingress, each role sized by its own values. */}}
+{{- if .Values.disaggregation.enabled }}
+{{- if eq (include "dsv4.layout" .) "direct" }}
+{{- fail "disaggregation.enabled=true needs serve.path ingress (or \"\"): the client's request reaches the decode engines through Ray Serve LLM's OpenAI ingress" }}
+{{- end }}
+{{- range $key := list "minReplicas" "maxReplicas" "targetOngoingRequests" }}
+{{- if not (kindIs "invalid" (get $.Values.workers $key)) }}
+{{- fail (printf "workers.%s sizes the one engine group of an aggregated release; with disaggregation.enabled=true set disaggregation.prefill.%s and disaggregation.decode.%s" $key $key $key) }}
+{{- end }}
+{{- end }}
+{{- range $role := list "prefill" "decode" }}
+{{- $_ := include "dsv4.roleScaling" (list $ $role) }}
+{{- end }}
+{{- if include "dsv4.nixl" . }}
+{{- /* NIXL's fixed ports (files/disaggregation.yaml) must stay free for it. */}}
+{{- $band := (include "dsv4.pdTable" . | fromYaml).nixlPortBand }}
+{{- range $item := list (list "serve.port" .Values.serve.port) (list "monitoring.rayMetricsPort" .Values.monitoring.rayMetricsPort) (list "monitoring.gatewayMetricsPort" .Values.monitoring.gatewayMetricsPort) }}
+{{- $port := int (index $item 1) }}
+{{- if and (ge $port (int (index $band 0))) (le $port (int (index $band 1))) }}
+{{- fail (printf "%s=%d is inside NIXL's port band %d-%d (the KV side channels and UCX's TCP listeners of prefill and decode pods)" (index $item 0) $port (int (index $band 0)) (int (index $band 1))) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- /* Architectures: the nodes a role is pinned to must be in the image's manifest list. */}}
 {{- $image := get .Values.image .Values.platform }}
@@ -242,20 +328,29 @@ Scrape targets (PodMonitor and ServiceMonitor endpoints), each on the pods that 
   metrics     Ray's metrics export port (engine ray_vllm_*, Serve) on every Ray pod, once Ray
               runs (a pod in its init containers, e.g. waiting for the weights, has an IP but
               no Ray yet);
-  gw-metrics  the gateway port of each engine replica, declared only on worker pods that
-              hold one whole replica, and scraped once the pod is Ready, which is when its
-              replica opened it (its readiness probe). Not on the head (no GPU, no replica)
-              nor on hosts of a multi-host replica (which host gets it is Ray's choice).
+  gw-metrics  direct layout: the gateway port of each engine replica, declared only on
+              worker pods that hold one whole replica, and scraped once the pod is Ready,
+              which is when its replica opened it (its readiness probe); not on the head (no
+              GPU, no replica) nor on hosts of a multi-host replica (which host gets it is
+              Ray's choice). Ingress layout: the head's, where the one Dsv4Ingress replica
+              runs (it asks for the head's custom resource) and opens it when it starts.
 HAProxy's own exporter (9101) and stats page (8404) are not scraped: Serve's HTTP metrics
 come through Ray's port already.
 */}}
 {{- define "dsv4.scrapeEndpoints" -}}
 {{- $row := include "dsv4.preset" . | fromYaml }}
 {{- $endpoints := list (dict "port" "metrics" "meta" "__meta_kubernetes_pod_phase" "regex" "Running") }}
-{{- if le (int $row.nodesPerReplica) 1 }}
+{{- if include "dsv4.gatewayScraped" . }}
 {{- $endpoints = append $endpoints (dict "port" "gw-metrics" "meta" "__meta_kubernetes_pod_ready" "regex" "true") }}
 {{- end }}
 {{- toYaml $endpoints }}
+{{- end }}
+
+{{/* Is a gateway metrics port scraped? The direct layout's one-host workers each hold one
+(their replica is the ingress); the ingress layout's head holds the one ingress replica. A
+multi-host direct replica has it on whichever host Ray picks: not scraped. */}}
+{{- define "dsv4.gatewayScraped" -}}
+{{- if or (eq (include "dsv4.layout" .) "ingress") (le (int (include "dsv4.preset" . | fromYaml).nodesPerReplica) 1) }}true{{ end }}
 {{- end }}
 
 {{/* Label selectors: the Ray pods of this release (head, workers) and its client pods. */}}

@@ -55,20 +55,22 @@ affinity:
 {{- end }}
 {{- end }}
 
-{{/* Container settings shared by the head and the workers. */}}
+{{/* Container settings shared by the head and the workers: include with (list . EXTRA-ENV),
+EXTRA-ENV a list of {name, value} for this group alone (a role's NIXL ports). */}}
 {{- define "dsv4.containerCommon" -}}
-image: {{ include "dsv4.image" $ }}
-imagePullPolicy: {{ $.Values.image.pullPolicy }}
+{{- $root := index . 0 }}{{- $extraEnv := index . 1 -}}
+image: {{ include "dsv4.image" $root }}
+imagePullPolicy: {{ $root.Values.image.pullPolicy }}
 env:
-  - {name: DSV4_API_KEYS_FILE, value: /etc/dsv4/api-keys/{{ $.Values.apiKey.secretKey }}}
-  {{- if $.Values.apiKey.adminSecretKey }}
-  - {name: DSV4_ADMIN_KEYS_FILE, value: /etc/dsv4/api-keys/{{ $.Values.apiKey.adminSecretKey }}}
+  - {name: DSV4_API_KEYS_FILE, value: /etc/dsv4/api-keys/{{ $root.Values.apiKey.secretKey }}}
+  {{- if $root.Values.apiKey.adminSecretKey }}
+  - {name: DSV4_ADMIN_KEYS_FILE, value: /etc/dsv4/api-keys/{{ $root.Values.apiKey.adminSecretKey }}}
   {{- end }}
-  - {name: DSV4_GATEWAY_METRICS_PORT, value: {{ $.Values.monitoring.gatewayMetricsPort | quote }}}
+  - {name: DSV4_GATEWAY_METRICS_PORT, value: {{ $root.Values.monitoring.gatewayMetricsPort | quote }}}
   - {name: HF_HUB_OFFLINE, value: "1"}
   # Every JIT and compile cache on the jitCache volume (serving/config/jit_cache.py).
-  {{- range $name, $dir := $.Files.Get "files/jit-cache-dirs.yaml" | fromYaml }}
-  - {name: {{ $name }}, value: {{ printf "%s/%s" (trimSuffix "/" $.Values.jitCache.mountPath) $dir | quote }}}
+  {{- range $name, $dir := $root.Files.Get "files/jit-cache-dirs.yaml" | fromYaml }}
+  - {name: {{ $name }}, value: {{ printf "%s/%s" (trimSuffix "/" $root.Values.jitCache.mountPath) $dir | quote }}}
   {{- end }}
   # Read by Ray 2.60 (ray/serve/_private/constants.py, DEFAULT_HTTP_HOST); the Serve config
   # sets http_options.host as well.
@@ -76,16 +78,19 @@ env:
   # The proxy in front of the replicas (HAProxy: one per node with a Serve proxy, on the
   # Serve port). Every Ray process reads it at import, so it is set before `ray start`:
   # the preset's serving/config/proxy.py environment(), from files/presets.yaml.
-  {{- $row := include "dsv4.preset" $ | fromYaml }}
+  {{- $row := include "dsv4.preset" $root | fromYaml }}
   {{- range $name, $value := $row.proxyEnv }}
   - {name: {{ $name }}, value: {{ $value | quote }}}
   {{- end }}
   {{- /* serving.routing prefix: HAProxy hands each body to Ray's ingress router
   (serving/config/proxy.py prefix_routing_environment). */}}
-  {{- if eq (include "dsv4.routing" $) "prefix" }}
+  {{- if eq (include "dsv4.routing" $root) "prefix" }}
   {{- range $name, $value := $row.prefixRoutingEnv }}
   - {name: {{ $name }}, value: {{ $value | quote }}}
   {{- end }}
+  {{- end }}
+  {{- range $extraEnv }}
+  - {name: {{ .name }}, value: {{ .value | quote }}}
   {{- end }}
 lifecycle:
   # Let the Service drop this pod before Ray stops, so in-flight requests drain.
@@ -95,17 +100,17 @@ securityContext:
   allowPrivilegeEscalation: false
   capabilities:
     drop: [ALL]
-    {{- if $.Values.rdma.enabled }}
+    {{- if $root.Values.rdma.enabled }}
     add: [IPC_LOCK]
     {{- end }}
 volumeMounts:
   - {name: dshm, mountPath: /dev/shm}
   - {name: api-keys, mountPath: /etc/dsv4/api-keys, readOnly: true}
-  - {name: model, mountPath: {{ $.Values.model.mountPath | quote }}, readOnly: true}
-  {{- if $.Values.model.localCache.enabled }}
+  - {name: model, mountPath: {{ $root.Values.model.mountPath | quote }}, readOnly: true}
+  {{- if $root.Values.model.localCache.enabled }}
   - {name: model-cache, mountPath: /model-cache, readOnly: true}
   {{- end }}
-  - {name: jit-cache, mountPath: {{ $.Values.jitCache.mountPath | quote }}}
+  - {name: jit-cache, mountPath: {{ $root.Values.jitCache.mountPath | quote }}}
 {{- end }}
 
 {{- define "dsv4.volumes" -}}
