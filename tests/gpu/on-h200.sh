@@ -265,7 +265,10 @@ pd-fp8-forward)
             "$wheel" /root/nixl/nixl-1.5.1-py3-none-any.whl || exit 4
     fi
     python3 -c 'import nixl._api; print("nixl:", nixl._api.__file__)' || echo "nixl: not importable"
-    cp -r serving model_overrides tests pyproject.toml "$work/src/"
+    # SRC_FROM: a committed tree (`git archive HEAD serving model_overrides tests
+    # pyproject.toml | tar -x -C .gpu-src`, carried), in place of a working tree in flux.
+    src=${SRC_FROM:-.}
+    (cd "$src" && cp -r serving model_overrides tests pyproject.toml "$work/src/")
     if ls .jit-seed/jit.tgz.part* >/dev/null 2>&1; then
         mkdir -p "$work/jit"
         cat .jit-seed/jit.tgz.part* | tar xzf - -C "$work/jit" && echo "jit seed: $(du -sh "$work/jit")"
@@ -279,10 +282,6 @@ pd-fp8-forward)
     ;;
 pd-fp8-forward-wait)
     job=$work/pd-fp8-forward
-    # The second part's script may come with a later call's checkout: it waits for it.
-    for f in tests/gpu/bench_forward.sh serving/bench/forward_compare.py; do
-        if [ -f "$f" ] && [ ! -f "$job/forward-started" ]; then cp "$f" "$work/src/$f"; fi
-    done
     until [ -f "$job/done" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
         sleep 10
     done

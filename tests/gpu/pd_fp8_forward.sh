@@ -11,7 +11,8 @@
 #      bench on a DeepSeek-V4-Flash bench model (tests/gpu/bench_forward.sh).
 #   tests/gpu/pd_fp8_forward.sh OUT_DIR CACHE_DIR
 # Environment: SMOKE_SETS (extra --set items for the app, e.g. accelerator.type=H100),
-# PD_TIMEOUT, FP8_TIMEOUT, FORWARD=0 (skip the second part).
+# PD_TIMEOUT, FP8_TIMEOUT, FORWARD=0 (skip the second part), FORWARD_LAYERS (6),
+# FORWARD_ARGS (forward_compare's: default real routing only), FORWARD_TIMEOUT (per command).
 set -u -o pipefail
 out=${1:?usage: pd_fp8_forward.sh OUT_DIR CACHE_DIR}
 cache=${2:?usage: pd_fp8_forward.sh OUT_DIR CACHE_DIR}
@@ -51,14 +52,11 @@ stamp "FP8 job exit $?"
 tail -6 "$out/fp8.log"
 
 if [ "${FORWARD:-1}" = 1 ]; then
-    # A later call may bring the script (on-h200.sh pd-fp8-forward-wait copies it in).
-    until [ -f tests/gpu/bench_forward.sh ] || [ $(( $(date +%s) - began )) -gt "${FORWARD_WAIT_S:-1500}" ]; do
-        sleep 5
-    done
-    touch "$out/forward-started"
     stamp "vllm bench forward beside our bench"
-    (eval "$(python3 -m serving.config.jit_cache exports "$cache")"
-     OUT=$out/forward bash tests/gpu/bench_forward.sh) > "$out/forward.log" 2>&1
+    MODEL_DIR=.cache/models/flash-bench-${FORWARD_LAYERS:-6} LAYERS=${FORWARD_LAYERS:-6} \
+        CACHE=$cache OUT=$out/forward TIMEOUT_S=${FORWARD_TIMEOUT:-420} \
+        FORWARD_ARGS=${FORWARD_ARGS:---routing real} bash tests/gpu/bench_forward.sh \
+        > "$out/forward.log" 2>&1
     stamp "forward exit $?"
     tail -20 "$out/forward.log"
 fi
