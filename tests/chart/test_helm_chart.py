@@ -104,11 +104,13 @@ def test_serve_config_is_what_render_serve_config_prints(preset: str, tmp_path: 
     )
     in_chart = yaml.safe_load(by_kind(objects, "RayService")[0]["spec"]["serveConfigV2"])
     sets = in_chart["applications"][0]["args"]["set"]
-    # The chart's own overrides first (weights path, routing, replica counts), then the user's.
+    # The chart's own overrides first (weights path, routing, layout, replica counts), then
+    # the user's.
     assert sets[0] == f"model.source=/models/{row['modelSource']}"
     assert sets[1] == f"serving.routing={row['routing']}"
+    assert sets[2] == f"serving.path={row['servingPath']}"
     assert sets[-len(user_sets) :] == user_sets
-    assert all(item.startswith("deployment.") for item in sets[2 : -len(user_sets)])
+    assert all(item.startswith("deployment.") for item in sets[3 : -len(user_sets)])
     cmd = [PYTHON, "-m", "serving.cli", "render-serve-config", preset, "--port", "8100"]
     cmd += ["--host", "0.0.0.0"]
     for item in sets:

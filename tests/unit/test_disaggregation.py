@@ -33,7 +33,31 @@ def pd_preset(name: str = "h200-flash-mtp", *sets: str):
         (
             "h200-flash-mtp",
             ["serving.path=ingress", "disaggregation.connector=nixl"],
-            "does not autoscale yet: drop deployment.autoscaling",
+            "sizes each role itself .*: drop deployment.autoscaling",
+        ),
+        (
+            "cpu-tiny",
+            [
+                *PD_SETS,
+                "disaggregation.decode.autoscaling="
+                "{min_replicas: 3, max_replicas: 2, target_ongoing_requests: 4}",
+            ],
+            "min_replicas \\(3\\) must not exceed max_replicas \\(2\\)",
+        ),
+        (
+            "cpu-tiny",
+            [
+                *PD_SETS,
+                "disaggregation.prefill.autoscaling="
+                "{min_replicas: 0, max_replicas: 2, target_ongoing_requests: 4}",
+            ],
+            "disaggregation.prefill.autoscaling.min_replicas: Input should be greater than or "
+            "equal to 1",
+        ),
+        (
+            "cpu-tiny",
+            ["serving.ingress_resource=true"],
+            "ingress_resource places the ingress replica: it needs path 'ingress'",
         ),
         ("cpu-tiny", [*PD_SETS, "disaggregation.connector=rdma"], "'nixl' or 'mooncake'"),
         ("cpu-tiny", [*PD_SETS, "disaggregation.prefill.gpu_share=0.5"], "needs a GPU"),
