@@ -106,7 +106,9 @@ def quant_facts(worker) -> dict:
                 "is_scale_e8m0": getattr(quant, "is_scale_e8m0", None),
                 "weight_block_size": getattr(quant, "weight_block_size", None),
             }
-    drafter = getattr(runner, "drafter", None)
+    # Model Runner V1 holds the MTP proposer as `drafter`; V2 (vLLM >= 0.34) as
+    # `speculator` (vllm/v1/worker/gpu/model_runner.py, spec_decode/speculator.py).
+    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
     models = {"target": runner.model, "draft": getattr(drafter, "model", None)}
     for role, model in models.items():
         if model is None:
