@@ -148,7 +148,7 @@ class Disaggregation(_Strict):
         "nixl", description="vLLM's KV connector (the preset section's connector)"
     )
     mtpOn: _section_choices("mtp_on") = Field(  # type: ignore[valid-type]
-        "decode", description="where the MTP drafter runs (the preset section's mtp_on)"
+        "both", description="where the MTP drafter runs (the preset section's mtp_on)"
     )
     onTransferFailure: _section_choices("on_transfer_failure") = Field(  # type: ignore[valid-type]
         "recompute", description="the preset section's on_transfer_failure"

@@ -470,6 +470,18 @@ class Preset(_Strict):
                 raise ValueError(f"{where}.{role}: {why}") from None
         if pd.kv_buffer_device == "cuda" and acc.kind == "cpu":
             raise ValueError(f"{where}.kv_buffer_device 'cuda' on a cpu accelerator")
+        drafting = self.speculation.method != "none"
+        if pd.connector == "nixl" and pd.mtp_on == "decode" and drafting and acc.kind != "cpu":
+            # vLLM 0.34's NixlConnector moves DSV4's KV as packed rows and refuses a
+            # handshake whose rows differ (nixl/base_worker.py, add_remote_agent: "Packed KV
+            # block rows differ between P and D"); decode's MTP layer adds caches to each
+            # row that a prefill engine without the drafter lacks. Seen on an H100: every
+            # transfer failed and decode recomputed every prompt.
+            raise ValueError(
+                f"{where}.mtp_on 'decode' with NIXL on a GPU: prefill's KV rows would lack "
+                "the MTP layer's caches and NIXL refuses every transfer (vLLM's packed-row "
+                "check); use mtp_on 'both'"
+            )
 
     def role_accelerator(self, role: str) -> Accelerator:
         """The accelerator of a disaggregated role: the preset's, with the role's GPU

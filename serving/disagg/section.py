@@ -60,9 +60,11 @@ class Disaggregation(_Strict):
     prefill: Role = Role()
     decode: Role = Role()
     mtp_on: Literal["decode", "both"] = Field(
-        "decode",
-        description="where the MTP drafter runs: decode only (prefill computes no drafts; "
-        "the handshake's speculative-config check is relaxed for it) or both",
+        "both",
+        description="where the MTP drafter runs: both roles (the default: prefill's KV rows "
+        "then carry the MTP layer's caches, as decode's do) or decode only (prefill computes "
+        "no drafts; the handshake's speculative-config check is relaxed for it; the CPU "
+        "backend only: NIXL on a GPU refuses KV rows that differ between the roles)",
     )
     on_transfer_failure: Literal["recompute", "fail"] = Field(
         "recompute",

@@ -73,6 +73,7 @@ def app(tmp_path_factory: pytest.TempPathFactory, numeric_dir, reference):
     sets = [
         "serving.path=ingress",
         "disaggregation.connector=nixl",
+        "disaggregation.mtp_on=decode",
         f"model.source={numeric_dir}",
         f'env.{BIND}="{THREADS[BIND]}"',
     ]

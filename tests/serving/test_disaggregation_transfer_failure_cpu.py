@@ -33,7 +33,7 @@ MAX_TOKENS = 24
 _OWN = os.environ.get(BIND) or "0"
 CORES = [_OWN, *(str(c) for c in sorted(os.sched_getaffinity(0)) if str(c) != _OWN)]
 BY_SOURCE = "vllm:prompt_tokens_by_source_total"
-SETS = ("serving.path=ingress", "disaggregation.connector=nixl")
+SETS = ("serving.path=ingress", "disaggregation.connector=nixl", "disaggregation.mtp_on=decode")
 
 
 def _prompt(words: int, seed: int) -> str:

@@ -68,6 +68,11 @@ def pd_preset(name: str = "h200-flash-mtp", *sets: str):
             [*PD_SETS, "disaggregation.mtp_on=both", "engine_args.kv_transfer_config={}"],
             "sets engine_args.kv_transfer_config itself",
         ),
+        (
+            "h200-flash-mtp",
+            [*PD_SETS, "disaggregation.mtp_on=decode"],
+            "mtp_on 'decode' with NIXL on a GPU",
+        ),
     ],
 )
 def test_a_bad_section_is_refused_by_name(name: str, sets: list[str], message: str):
@@ -75,8 +80,9 @@ def test_a_bad_section_is_refused_by_name(name: str, sets: list[str], message: s
         load_preset(name, [parse_set(s) for s in sets])
 
 
-@pytest.mark.parametrize("connector", ["nixl", "mooncake"])
-@pytest.mark.parametrize("mtp_on", ["decode", "both"])
+@pytest.mark.parametrize(
+    ("connector", "mtp_on"), [("nixl", "both"), ("mooncake", "decode"), ("mooncake", "both")]
+)
 def test_both_roles_get_a_connector_vllm_knows_and_mtp_where_asked(connector: str, mtp_on: str):
     preset = pd_preset(
         "h200-flash-mtp",
@@ -187,3 +193,20 @@ def test_a_lost_transfer_is_recomputed_on_decode_unless_the_preset_says_fail(set
 def test_an_unknown_transfer_failure_policy_is_refused_by_name():
     with pytest.raises(ValueError, match="on_transfer_failure"):
         pd_preset("cpu-tiny", "disaggregation.on_transfer_failure=retry")
+
+
+def test_decode_only_mtp_stays_open_where_nixl_moves_whole_rows_and_without_a_drafter():
+    # The CPU backend (run in CI disaggregated with MTP on decode only) and Mooncake are not
+    # held to NIXL's packed-row check on a GPU; nor is a preset that drafts nothing.
+    assert pd_preset("cpu-tiny", "disaggregation.mtp_on=decode").disaggregation.mtp_on == "decode"
+    mooncake = pd_preset(
+        "h200-flash-mtp", "disaggregation.connector=mooncake", "disaggregation.mtp_on=decode"
+    )
+    assert mooncake.disaggregation.mtp_on == "decode"
+    plain = pd_preset(
+        "h200-flash-mtp",
+        "speculation.method=none",
+        "speculation.num_speculative_tokens=0",
+        "disaggregation.mtp_on=decode",
+    )
+    assert plain.speculation.method == "none"
