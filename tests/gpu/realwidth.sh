@@ -50,7 +50,10 @@ bench() {  # NAME LAYERS BUDGET ROUNDS KV_GIB KINDS...
 bench "depth-${DEPTH_A:-3}" "${DEPTH_A:-3}" "${BUDGET_A:-1020}" "${ROUNDS_A:-2}" "${KV_GIB_A:-2}" \
     ${KINDS_A:-vllm-k0 vllm-k1 vllm-k2 vllm-k3 vllm-batch vllm-guard}
 # shellcheck disable=SC2086
-bench "depth-${DEPTH_B:-12}" "${DEPTH_B:-12}" "${BUDGET_B:-300}" "${ROUNDS_B:-1}" "${KV_GIB_B:-12}" \
+# A second run at the first's depth gets its own folder (it would overwrite the first's report).
+name_b=depth-${DEPTH_B:-12}
+[ "${DEPTH_B:-12}" = "${DEPTH_A:-3}" ] && name_b=$name_b-b
+bench "$name_b" "${DEPTH_B:-12}" "${BUDGET_B:-300}" "${ROUNDS_B:-1}" "${KV_GIB_B:-12}" \
     ${KINDS_B:-vllm-k0 vllm-k2}
 # Anything compiled outside the cache directory would be lost on a restart: say where.
 echo "== caches outside $cache:"
