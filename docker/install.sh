@@ -44,6 +44,16 @@ site="$("$python" -c 'import model_overrides, pathlib; print(pathlib.Path(model_
   || { say "the vLLM import aliases did not load from $site" >&2; exit 1; }
 say "vLLM import aliases: $site/dsv4_vllm_aliases.pth"
 
+# Disaggregated serving over NIXL needs the base image's NIXL (vLLM's Dockerfile installs the
+# KV connectors' packages when built with INSTALL_KV_CONNECTORS): say whether it is there.
+nixl_package=nixl
+[ "$platform" = rocm ] && nixl_package=nixl_rocm
+if "$python" -c "import $nixl_package._api" >/dev/null 2>&1; then
+  say "NIXL: $nixl_package $("$python" -m pip show "$nixl_package" 2>/dev/null | sed -n 's/^Version: //p')"
+else
+  say "NIXL: no $nixl_package in the base image (disaggregation over NIXL is refused; Mooncake or one engine work)"
+fi
+
 if ! id -u dsv4 >/dev/null 2>&1; then
   useradd --uid 1000 --create-home --shell /bin/bash dsv4
 fi

@@ -4,6 +4,7 @@ GPU share."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from packaging.version import Version
@@ -25,6 +26,16 @@ def connector_problem(preset: Preset, vllm_version: str) -> str | None:
     pd = preset.disaggregation
     if pd is None or pd.connector != "nixl":
         return None
+    # vLLM imports NIXL from nixl, or nixl_rocm on ROCm (vllm/distributed/nixl_utils.py);
+    # without it every engine would fail at start, each with an import error.
+    package = "nixl_rocm" if preset.accelerator.kind == "amd" else "nixl"
+    if importlib.util.find_spec(package) is None:
+        return (
+            f"connector 'nixl' needs the {package} package, which this environment lacks: "
+            "vLLM's images built with INSTALL_KV_CONNECTORS carry it; elsewhere install it "
+            "(pip install --no-deps -r requirements-nixl.lock on a CPU, the nixl wheel of "
+            "your CUDA on a GPU) or use connector 'mooncake'"
+        )
     if preset.accelerator.kind == "cpu":
         # vLLM's CPU backend keeps a layer row's caches in one packed storage: NIXL's
         # base-address merge makes one region of whole rows, which moves every cache of

@@ -187,6 +187,8 @@ def images(standin):
         tag = f"localhost/dsv4-serve-{platform}:test"
         out = bud(platform, tag)
         assert "rules hold" in out.stdout, out.stdout[-3000:]
+        # Whether the base image carries NIXL (disaggregation over NIXL needs it), said.
+        assert re.search(r"\[dsv4-image\] NIXL: ", out.stdout), out.stdout[-3000:]
         built[platform] = tag
     yield built
     for tag in built.values():

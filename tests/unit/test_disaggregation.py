@@ -165,6 +165,16 @@ def test_nixl_before_0_34_is_refused_naming_the_upstream_bug():
         build({"preset": "h200-flash-mtp", "set": [*PD_SETS, "disaggregation.connector=nixl"]})
 
 
+def test_nixl_without_its_package_is_refused_naming_it():
+    # This environment has NIXL's CUDA wheel (requirements-nixl.lock), not the ROCm one.
+    cuda = pd_preset("h200-flash-mtp", "disaggregation.connector=nixl")
+    assert connector_problem(cuda, "0.34.0") is None
+    rocm = pd_preset("mi355x-pro-mtp", "disaggregation.connector=nixl")
+    assert "needs the nixl_rocm package" in (connector_problem(rocm, "0.34.0") or "")
+    mooncake = pd_preset("mi355x-pro-mtp", "disaggregation.connector=mooncake")
+    assert connector_problem(mooncake, "0.34.0") is None
+
+
 def test_a_local_ray_node_has_cpus_for_every_engine_and_the_ingress():
     from serving.local.local_up import local_ray_cpus
 
