@@ -406,6 +406,15 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 unit="s",
             ),
             Panel(
+                "TTFT by role",
+                "Each engine's time to first token, from the request reaching it: prefill's is"
+                " the prompt's compute; decode's starts after prefill answered and holds the"
+                " KV's arrival and the first decode step. The client's TTFT, both and the hops"
+                " between them, is the gateway's dsv4_gateway_time_to_first_token_seconds.",
+                _kv_quantiles("dsv4:ttft_seconds:role_quantile5m", "{{model_name}} {{role}}"),
+                unit="s",
+            ),
+            Panel(
                 "Requests waiting for KV by stage",
                 "vLLM's waiting requests by async KV load stage: not started, in"
                 " progress, loaded but not yet running.",

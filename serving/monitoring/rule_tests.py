@@ -62,10 +62,10 @@ def histogram(metric: str, bounds: list[float], hot: float, add, n: int = 10) ->
 
 def disaggregated_series() -> list[dict]:
     """pd, in counts a minute that make exact rates (x/60 a power of two): p1 prefills
-    (15 queued <= 0.05 s, 15 expired KV leases); d1 reads 15 transfers of 1 MiB and never
-    failed (Ray exports no failure counter); d2 reads 15 of 2 MiB and fails 3.75; d3 only
-    fails (7.5). Decode's queue time (15 a replica) sits in (0.05, 0.1]. weak reads KV
-    too, on vLLM's own server, with its failure counter at 0."""
+    (15 queued <= 0.05 s and 15 first tokens <= 0.05 s, 15 expired KV leases); d1 reads 15
+    transfers of 1 MiB and never failed (Ray exports no failure counter); d2 reads 15 of 2
+    MiB and fails 3.75; d3 only fails (7.5). Decode's queue time and TTFT (15 a replica) sit
+    in (0.05, 0.1]. weak reads KV too, on vLLM's own server, with its failure counter at 0."""
     s = []
     serve = {"namespace": NS, "application": "dsv4"}
     for replica, deployment in PD_DEPLOYMENTS.items():
@@ -80,15 +80,17 @@ def disaggregated_series() -> list[dict]:
         return lambda metric, n, **extra: pd_engine(replica, metric, n, **extra)
 
     s.append(pd_engine("p1", "nixl_num_kv_expired_reqs_total", 15))
-    s += histogram("request_queue_time_seconds", [0.05, 0.1], 0.05, add("p1"), n=15)
+    # Prefill's queue time and TTFT (15 a minute) sit in (0, 0.05], decode's in (0.05, 0.1].
+    for metric in ("request_queue_time_seconds", "time_to_first_token_seconds"):
+        s += histogram(metric, [0.05, 0.1], 0.05, add("p1"), n=15)
+        for replica in ("d1", "d2", "d3"):
+            s += histogram(metric, [0.05, 0.1], 0.1, add(replica), n=15)
     for replica, mib in (("d1", 1), ("d2", 2)):
         s += histogram("nixl_xfer_time_seconds", [0.01, 0.025], 0.025, add(replica), n=15)
         s += [
             pd_engine(replica, "nixl_bytes_transferred_sum", 15 * mib * MIB),
             pd_engine(replica, "nixl_bytes_transferred_count", 15),
         ]
-    for replica in ("d1", "d2", "d3"):
-        s += histogram("request_queue_time_seconds", [0.05, 0.1], 0.1, add(replica), n=15)
     s.append(pd_engine("d2", "nixl_num_failed_transfers_total", 3.75))
     s.append(pd_engine("d3", "nixl_num_failed_transfers_total", 7.5))
     s += histogram("nixl_xfer_time_seconds", [0.005, 0.01], 0.005, weak_engine, n=6)
@@ -269,14 +271,15 @@ def recording_tests() -> list[dict]:
         "queue": (0.0, 0.05),
     }
     weak_bucket = {"ttft": (0.0, 0.5), "tpot": (0.0, 0.05)}
-    # pd's queue per second: 0.25 of p1 in (0, 0.05], 0.75 of decode in (0.05, 0.1].
+    # pd's queue time and TTFT per second: 0.25 of p1 in (0, 0.05], 0.75 of decode in
+    # (0.05, 0.1].
     pd_queue = {0.05: 0.25, 0.1: 1.0}
     for short in LATENCIES:
         for q in QUANTILES:
             samples = [({**f, "quantile": q}, _interp(flash_bucket[short], float(q)))]
             if short in weak_bucket:
                 samples.append(({**w, "quantile": q}, _interp(weak_bucket[short], float(q))))
-            if short == "queue":
+            if short in ("queue", "ttft"):
                 samples.append(({**PD_KEY, "quantile": q}, _cumulative(pd_queue, float(q))))
             tests.append(expect(f'dsv4:{short}_seconds:quantile5m{{quantile="{q}"}}', *samples))
         if short in weak_bucket:
@@ -286,6 +289,11 @@ def recording_tests() -> list[dict]:
                         f"dsv4:{short}_seconds:quantile{window}",
                         ({**f, "quantile": "0.9"}, _interp(flash_bucket[short], 0.9)),
                         ({**w, "quantile": "0.9"}, _interp(weak_bucket[short], 0.9)),
+                        *(
+                            [({**PD_KEY, "quantile": "0.9"}, _cumulative(pd_queue, 0.9))]
+                            if short == "ttft"
+                            else []
+                        ),
                     )
                 )
     return tests
@@ -375,13 +383,19 @@ def disaggregation_tests() -> list[dict]:
                 ({**w, "quantile": q}, _cumulative({0.005: 0.1}, float(q))),
             ),
             # Only pd's replicas have a role: flash's r1 and weak's server get none.
-            expect(
-                f'dsv4:queue_seconds:role_quantile5m{{quantile="{q}"}}',
-                ({**pd, "role": "prefill", "quantile": q}, _cumulative({0.05: 0.25}, float(q))),
-                (
-                    {**pd, "role": "decode", "quantile": q},
-                    _cumulative({0.05: 0, 0.1: 0.75}, float(q)),
-                ),
+            *(
+                expect(
+                    f'dsv4:{short}_seconds:role_quantile5m{{quantile="{q}"}}',
+                    (
+                        {**pd, "role": "prefill", "quantile": q},
+                        _cumulative({0.05: 0.25}, float(q)),
+                    ),
+                    (
+                        {**pd, "role": "decode", "quantile": q},
+                        _cumulative({0.05: 0, 0.1: 0.75}, float(q)),
+                    ),
+                )
+                for short in ("queue", "ttft")
             ),
         ]
     return tests

@@ -44,6 +44,7 @@ NIXL_FAILED = "nixl_num_failed_transfers_total"
 # Prefill's KV lease ran out before decode read it (counted on prefill).
 NIXL_EXPIRED = "nixl_num_kv_expired_reqs_total"
 KV_QUANTILES = ("0.5", "0.9")
+ROLE_INFO = "dsv4:serve_replica_role:info"  # each P/D replica's role, for the joins below
 # vLLM's labels (model_name, engine) are the same on both roles and kv_role is "kv_both"
 # on both (serving/disagg/configs.py), so only Ray Serve's deployment names tell them
 # apart: "Prefill:<model>" and "Decode:<model>" (serving/disagg/app.py; Ray Serve LLM's
@@ -220,21 +221,25 @@ def _disaggregation() -> list[dict[str, Any]]:
                 f"{failed_or_zero} / on ({on}) ({failed_or_zero} + on ({on}) {done_or_zero})",
             )
         )
-    rules.append(record("dsv4:serve_replica_role:info", _roles()))
-    # Queue time per role: engine series joined to their replica's role by ReplicaId. On
-    # decode it includes the wait for prefill's KV (vLLM counts a request scheduled only
-    # once its remote KV has arrived).
-    queued = with_replica(_rate("request_queue_time_seconds_bucket"))
-    joined = f"{queued} * on (namespace, replica) group_left (role) dsv4:serve_replica_role:info"
-    for q in KV_QUANTILES:
-        buckets = _sum(f"{BY_MODEL}, role, le", joined)
-        rules.append(
-            record(
-                "dsv4:queue_seconds:role_quantile5m",
-                f"histogram_quantile({q}, {buckets})",
-                quantile=q,
+    rules.append(record(ROLE_INFO, _roles()))
+    # Queue time and TTFT per role: engine series joined to their replica's role by
+    # ReplicaId. On decode the queue time includes the wait for prefill's KV (vLLM counts a
+    # request scheduled only once its remote KV has arrived). Each engine's TTFT starts when
+    # the request reaches it: prefill's is the prompt's compute, decode's (which starts
+    # after prefill answered) the KV's arrival and the first decode step; the client's TTFT
+    # is the gateway's (dsv4_gateway_time_to_first_token_seconds), the two and the hops.
+    for short in ("queue", "ttft"):
+        series = with_replica(_rate(f"{LATENCIES[short]}_bucket"))
+        joined = f"{series} * on (namespace, replica) group_left (role) {ROLE_INFO}"
+        for q in KV_QUANTILES:
+            buckets = _sum(f"{BY_MODEL}, role, le", joined)
+            rules.append(
+                record(
+                    f"dsv4:{short}_seconds:role_quantile5m",
+                    f"histogram_quantile({q}, {buckets})",
+                    quantile=q,
+                )
             )
-        )
     return rules
 
 

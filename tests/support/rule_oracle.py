@@ -346,13 +346,16 @@ class Expected:
                         key = _key(labels, ("namespace", "application", "deployment", "replica"))
                         out[_with(key, role=role)] = 1.0
             return out
-        if rest == "queue_seconds:role_quantile5m":
+        if rest in ("queue_seconds:role_quantile5m", "ttft_seconds:role_quantile5m"):
+            metric = {"queue": "request_queue_time", "ttft": "time_to_first_token"}[
+                rest.split("_seconds")[0]
+            ]
             roles = {
                 _key(dict(k), ("namespace", "replica")): dict(k)["role"]
                 for k in v("dsv4:serve_replica_role:info")
             }
             by_role: dict[Labels, list[tuple[float, float]]] = defaultdict(list)
-            for labels, rate in self._rates(self._vllm("request_queue_time_seconds_bucket")):
+            for labels, rate in self._rates(self._vllm(f"{metric}_seconds_bucket")):
                 role = roles.get(_key(_replica(labels), ("namespace", "replica")))
                 if role:
                     key = _with(_key(labels, MODEL), role=role)
