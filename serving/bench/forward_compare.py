@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from serving.bench.arguments import non_negative_float, positive_int
-from serving.bench.realwidth import decode_context, step_seconds
+from serving.bench.realwidth import decode_context, ms, step_seconds
 
 if TYPE_CHECKING:
     from serving.bench.targets import LocalSetup
@@ -419,9 +419,6 @@ def markdown(result: dict) -> str:
         "| served tok/s | AL | served / forward step | served - forward ms | spread % |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-
-    def ms(x: float | None) -> str:
-        return f"{x * 1e3:.2f}" if x is not None else "-"
 
     for r in result["rows"]:
         s = r.get("served") or {}

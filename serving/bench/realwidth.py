@@ -158,6 +158,11 @@ def _break_even(rows: list[dict]) -> None:
             )
 
 
+def ms(seconds: float | None) -> str:
+    """Seconds as milliseconds for a report's table ("-" where there is none)."""
+    return f"{seconds * 1e3:.2f}" if seconds is not None else "-"
+
+
 def markdown(result: dict) -> str:
     lines = [
         f"DeepSeek-V4-{result['shape'].capitalize()} shape, depths {result['depths']} fitted "
@@ -169,9 +174,6 @@ def markdown(result: dict) -> str:
         "| floor ms | step / floor | break-even AL |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-
-    def ms(x: float | None) -> str:
-        return f"{x * 1e3:.2f}" if x is not None else "-"
 
     for r in result["rows"]:
         steps = " / ".join(f"{d}: {ms(m['step_s'])}" for d, m in r["measured"].items())
