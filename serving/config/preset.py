@@ -295,7 +295,8 @@ class Serving(_Strict):
     path: Literal["direct", "ingress"] = Field(
         "direct",
         description="direct: the engine replica serves vLLM's OpenAI app itself; ingress: "
-        "the earlier layout with a separate OpenAiIngress replica (kept for one release)",
+        "a separate OpenAI ingress replica in front of the engines (what disaggregation "
+        "needs)",
     )
     proxy: Literal["auto", "haproxy", "python"] = Field(
         "auto",
