@@ -50,6 +50,7 @@ from serving.local.processes import free_port
 from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 from tests.support.golden_prompts import MTP_MAX_TOKENS, expected_counters, mtp_prompts, prompt_of
 from tests.support.paths import ROOT
+from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import READY_LINE
 from tests.support.scrape_snapshot import Section, parse, write_round
 
@@ -671,13 +672,13 @@ def kv_transfer_check(run: Run, app: App, requests: int) -> dict[str, Any]:
     deadline = time.monotonic() + max(10.0, min(60, run.left()))
     seen: dict[str, float] = {}
     while True:
-        text = httpx.get(f"http://127.0.0.1:{app.ports['ray']}/metrics", timeout=30).text
-        now = {"external_kv_transfer": 0.0, "local_compute": 0.0, "failed": 0.0}
-        for name, labels, value in parse(text):  # one model in the app: both roles' series
-            if name == PROMPT_TOKENS and labels.get("source") in now:
-                now[labels["source"]] += value
-            if name == NIXL_FAILED:
-                now["failed"] += value
+        # One model in the app: every series of both roles counts.
+        samples = scrape(f"http://127.0.0.1:{app.ports['ray']}/metrics")
+        now = {
+            source: total(samples, PROMPT_TOKENS, source=source)
+            for source in ("external_kv_transfer", "local_compute")
+        }
+        now["failed"] = total(samples, NIXL_FAILED)
         if now == seen and now["external_kv_transfer"] > 0 or time.monotonic() > deadline:
             break
         seen = now
