@@ -116,6 +116,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--local ray-app ray-app-prefix ray-app-single (two replicas each but the last, which "
         "gives the ideal hit rate) and/or --target NAME=URL (a running deployment)",
     )
+    parser.add_argument(
+        "--pd",
+        action="store_true",
+        help="the P/D bench: the conversation workload (--conversations ...) at each "
+        "--concurrency, on each arm in turn: --local ray-app-ingress ray-app-pd (one engine, "
+        "or prefill and decode engines with the KV over NIXL, both behind the ingress; on a "
+        "one-GPU machine the two share it) and/or --target NAME=URL",
+    )
     parser.add_argument("--conversations", type=positive_int, default=16)
     parser.add_argument("--turns", type=positive_int, default=5, help="per conversation")
     parser.add_argument(

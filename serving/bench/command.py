@@ -17,8 +17,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from model_overrides.guard.spec_guard_config import LOG_ENV
-from serving.bench import guard_bench, local, report, routing_bench, workloads
-from serving.bench.conversations import ConversationWorkload
+from serving.bench import guard_bench, local, pd_bench, report, routing_bench, workloads
+from serving.bench.conversations import CACHED_TOKENS_SETS, ConversationWorkload
 from serving.bench.load import Target
 from serving.bench.machine import client_machine, gpu_info
 from serving.bench.prompts import synthetic_prompts
@@ -59,7 +59,7 @@ FAMILIES_SETS = ("model.golden_drafts=families", "model.source=.cache/models/gol
 
 
 # The routing bench's arms: two replicas (ray-app-single sets one), cached tokens reported.
-ROUTING_BENCH_SETS = ("deployment.replicas=2", *routing_bench.ROUTING_SETS)
+ROUTING_BENCH_SETS = ("deployment.replicas=2", *CACHED_TOKENS_SETS)
 
 
 def bench_setup(args: argparse.Namespace) -> LocalSetup | None:
@@ -69,11 +69,14 @@ def bench_setup(args: argparse.Namespace) -> LocalSetup | None:
     sets = [*FAMILIES_SETS, *args.set] if args.workloads else args.set
     if args.routing:
         sets = [*ROUTING_BENCH_SETS, *args.set]
+    if args.pd:
+        sets = [*CACHED_TOKENS_SETS, *args.set]
     try:
         setup = local_setup(
             args.preset,
             sets,
-            engines=len(args.local),
+            # The P/D arm's two engines share the GPU (one arm runs at a time).
+            engines=2 if args.pd else len(args.local),
             kv_cache_gib=args.kv_cache_gib,
             ray_metrics_interval_ms=args.ray_metrics_interval_ms or None,
         )
@@ -156,15 +159,7 @@ def check_workloads(args: argparse.Namespace, setup: LocalSetup | None) -> None:
         raise BenchError("--switch-requests must be at least 3x --switch-concurrency")
 
 
-def run_routing(args: argparse.Namespace, targets: list[Target], setup: LocalSetup | None) -> int:
-    """The prefix-routing bench (serving/bench/routing_bench.py): each arm in turn."""
-    from serving.golden import GoldenDesign
-
-    if args.workloads:
-        raise BenchError("--routing and --workloads are separate benches: run one")
-    for kind in args.local:
-        if not kind.startswith("ray-app"):
-            raise BenchError(f"--routing compares Ray Serve apps: {kind!r} is not one")
+def conversation_workload(args: argparse.Namespace, concurrency: int) -> ConversationWorkload:
     workload = ConversationWorkload(
         conversations=args.conversations,
         turns=args.turns,
@@ -172,31 +167,86 @@ def run_routing(args: argparse.Namespace, targets: list[Target], setup: LocalSet
         user_words=args.user_words,
         unrelated=args.unrelated,
         max_tokens=args.max_tokens,
-        concurrency=max(args.concurrency),
+        concurrency=concurrency,
     )
+    workload.check()
+    return workload
+
+
+def _check_turns_bench(args: argparse.Namespace, flag: str) -> None:
+    if args.workloads or (args.routing and args.pd):
+        raise BenchError("--pd, --routing and --workloads are separate benches: run one")
+    for kind in args.local:
+        if not kind.startswith("ray-app"):
+            raise BenchError(f"{flag} compares Ray Serve apps: {kind!r} is not one")
+
+
+def _in_turns(args: argparse.Namespace, setup: LocalSetup | None, run_all) -> dict:
+    """Run a bench whose arms take turns (``run_all(logs)``), SIGTERM stopping it as
+    Ctrl-C does; its result with the command line and the client machine."""
     if setup:
         _ensure_model(setup)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as Ctrl-C does
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     with ExitStack() as stack:
         stack.callback(signal.signal, signal.SIGTERM, previous)
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="dsv4-bench-"))
         logs = Path(args.logs or tmp)
         logs.mkdir(parents=True, exist_ok=True)
-        result = routing_bench.run_all(
-            setup,
-            list(args.local),
-            targets,
-            workload,
-            args.rounds,
-            GoldenDesign().words,
-            logs,
-            _progress,
-        )
-    result |= {"argv": sys.argv, "client_machine": client_machine()}
+        result = run_all(logs)
+    return result | {"argv": sys.argv, "client_machine": client_machine()}
+
+
+def run_routing(args: argparse.Namespace, targets: list[Target], setup: LocalSetup | None) -> int:
+    """The prefix-routing bench (serving/bench/routing_bench.py): each arm in turn."""
+    from serving.golden import GoldenDesign
+
+    _check_turns_bench(args, "--routing")
+    workload = conversation_workload(args, max(args.concurrency))
+    words = GoldenDesign().words
+    result = _in_turns(
+        args,
+        setup,
+        lambda logs: routing_bench.run_all(
+            setup, list(args.local), targets, workload, args.rounds, words, logs, _progress
+        ),
+    )
     for path in routing_bench.write(result, Path(args.out)):
         _progress(f"wrote {path}")
     print(routing_bench.markdown(result))
     failed = any(arm["failed"] for arm in result["arms"].values())
+    return 1 if failed or result["start_errors"] or result["interrupted"] else 0
+
+
+def run_pd(args: argparse.Namespace, targets: list[Target], setup: LocalSetup | None) -> int:
+    """The P/D bench (serving/bench/pd_bench.py): each arm in turn, every level on it."""
+    from serving.golden import GoldenDesign
+
+    _check_turns_bench(args, "--pd")
+    if len(args.local) + len(targets) < 2:
+        raise BenchError("--pd compares two arms: e.g. --local ray-app-ingress ray-app-pd")
+    workload = conversation_workload(args, max(args.concurrency))
+    words, levels = GoldenDesign().words, list(args.concurrency)
+    result = _in_turns(
+        args,
+        setup,
+        lambda logs: pd_bench.run_all(
+            setup,
+            list(args.local),
+            targets,
+            workload,
+            levels,
+            args.rounds,
+            words,
+            logs,
+            _progress,
+        ),
+    )
+    for path in pd_bench.write(result, Path(args.out)):
+        _progress(f"wrote {path}")
+    print(pd_bench.markdown(result))
+    failed = any(
+        level["failed"] for arm in result["arms"].values() for level in arm["levels"].values()
+    )
     return 1 if failed or result["start_errors"] or result["interrupted"] else 0
 
 
@@ -213,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
     check_platform(args, setup)
     if args.routing:
         return run_routing(args, targets, setup)
+    if args.pd:
+        return run_pd(args, targets, setup)
     check_workloads(args, setup)
     plan = bench_plan(args)
     deadline = started + args.budget_s - STOP_RESERVE_S if args.budget_s else None

@@ -20,6 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 REPLICA_HEADER = "x-dsv4-replica"
+# `up --set` assignments a local app needs for this workload: cached tokens in each
+# response's usage (vLLM's enable_prompt_tokens_details).
+CACHED_TOKENS_SETS = ("engine_args.enable_prompt_tokens_details=true",)
 
 
 @dataclass(frozen=True)
@@ -166,3 +169,16 @@ async def run_sessions(
     ) as client:
         await asyncio.gather(*(worker(client) for _ in range(workload.concurrency)))
     return turns, time.monotonic() - t0
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank percentile (None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def quantiles(values: list[float]) -> dict:
+    """p50 and p90 of per-turn seconds, and how many there were."""
+    return {"p50_s": percentile(values, 50), "p90_s": percentile(values, 90), "n": len(values)}

@@ -2,10 +2,8 @@
 conversation workload (serving/bench/conversations.py), with a single replica as the
 ideal hit rate.
 
-Local Ray apps cannot run side by side here (each one's HAProxy binds the same stats
-and metrics ports), so the arms take turns: every round starts each arm's app (in an
-order that rotates from round to round), plays the same workload once on a cold cache
-and stops it. Running endpoints (``--target NAME=URL``) are played in the same turns.
+The arms take turns (serving/bench/arms.py): every round starts each arm's app alone,
+plays the same workload once on a cold cache and stops it.
 
 The figures are ratios of arms measured in the same run: prefix routing's hit rate
 against the single replica's, its time to first token on the conversation turns and its
@@ -20,26 +18,24 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from serving.bench import local
-from serving.bench.conversations import Client, ConversationWorkload, Turn, run_sessions, sessions
+from serving.bench.arms import play_in_turns
+from serving.bench.conversations import (
+    Client,
+    ConversationWorkload,
+    Turn,
+    quantiles,
+    run_sessions,
+    sessions,
+)
 from serving.bench.load import Target
-from serving.bench.targets import LocalSetup, local_specs
+from serving.bench.targets import LocalSetup
 
 DEFAULT, PREFIX, SINGLE = "ray-app", "ray-app-prefix", "ray-app-single"
 TARGET_HIT_VS_IDEAL = 0.8
 TARGET_TTFT_GAIN = 1.5
 TARGET_THROUGHPUT = 1.0
 TARGET_MAX_SHARE = 0.6
-# Every local arm needs these (`up --set`): cached tokens in each response's usage.
-ROUTING_SETS = ("engine_args.enable_prompt_tokens_details=true",)
 Progress = Callable[[str], None]
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 def summarise(turns: list[Turn], wall_s: float) -> dict:
@@ -58,7 +54,7 @@ def summarise(turns: list[Turn], wall_s: float) -> dict:
 
     def ttft(shared: bool) -> dict:
         values = [t.ttft_s for t in ok if t.shared == shared and t.ttft_s is not None]
-        return {"p50_s": percentile(values, 50), "p90_s": percentile(values, 90), "n": len(values)}
+        return quantiles(values)
 
     prompt = sum(t.prompt_tokens for t in counted)
     return {
@@ -134,42 +130,6 @@ def _play(target: Target, workload: ConversationWorkload, words: list[str], prog
     return {"turns": [t.row() for t in turns], "wall_s": wall}
 
 
-def _one_arm(
-    name: str,
-    setup: LocalSetup | None,
-    remote: list[Target],
-    workload: ConversationWorkload,
-    words: list[str],
-    logs: Path,
-    progress: Progress,
-    played: dict[str, list[dict]],
-    starts: dict[str, list[float]],
-    errors: dict[str, dict],
-) -> None:
-    """Play the workload once on one arm: a running endpoint, or a local app started for
-    it and stopped after it (also when the run is interrupted)."""
-    remote_target = next((t for t in remote if t.name == name), None)
-    if remote_target is not None:
-        played[name].append(_play(remote_target, workload, words, progress))
-        return
-    spec = local_specs([name], setup)[0]
-    servers, failed = local.start_all([spec], logs, progress)
-    if failed:
-        errors[name] = failed[name]
-        return
-    try:
-        starts[name].append(servers[0].ready_seconds)
-        played[name].append(_play(servers[0].target, workload, words, progress))
-    finally:
-        progress(f"stopping {name}")
-        while True:  # a second Ctrl-C or SIGTERM must not leave the app half stopped
-            try:
-                local.stop_all([s.proc for s in servers], 60)
-                break
-            except KeyboardInterrupt:
-                progress(f"still stopping {name}")
-
-
 def run_all(
     setup: LocalSetup | None,
     kinds: list[str],
@@ -181,35 +141,22 @@ def run_all(
     progress: Progress,
 ) -> dict:
     """Every arm once per round, the local ones each in its own fresh app."""
-    played: dict[str, list[dict]] = {name: [] for name in [*kinds, *(t.name for t in remote)]}
-    starts: dict[str, list[float]] = {kind: [] for kind in kinds}
-    errors: dict[str, dict] = {}
-    arms = [*kinds, *(t.name for t in remote)]
-    interrupted = False
-    try:
-        for index in range(rounds):
-            order = arms[index % len(arms) :] + arms[: index % len(arms)]
-            progress(f"round {index + 1}/{rounds}: {', '.join(order)}")
-            for name in order:
-                _one_arm(
-                    name, setup, remote, workload, words, logs, progress, played, starts, errors
-                )
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the arm's app is stopped, keep what ran
-        interrupted = True
-        progress("interrupted: writing what was measured")
+    turns = play_in_turns(
+        setup, kinds, remote, rounds, lambda t: _play(t, workload, words, progress), logs, progress
+    )
     summary = {
-        name: summarise_arm(results, starts.get(name, []))
-        for name, results in played.items()
+        name: summarise_arm(results, turns.starts.get(name, []))
+        for name, results in turns.played.items()
         if results
     }
     return {
         "workload": workload.__dict__,
         "rounds": rounds,
-        "interrupted": interrupted,
+        "interrupted": turns.interrupted,
         "arms": summary,
         "compare": compare(summary),
-        "start_errors": errors,
-        "raw": played,
+        "start_errors": turns.errors,
+        "raw": turns.played,
         "setup": setup.summary() if setup else None,
     }
 

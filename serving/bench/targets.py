@@ -36,6 +36,13 @@ GPU_SHARE = 0.8
 # As the GPU suite's engines (tests/gpu/jobs.py): 128 golden streams of a few hundred
 # tokens fill a small part of it.
 DEFAULT_KV_CACHE_GIB = 2.0
+AGGREGATED, DISAGGREGATED = "ray-app-ingress", "ray-app-pd"
+# On a GPU preset the P/D arm's two engines share the bench's one GPU (Ray's fractional
+# bundles), as Ray Serve LLM's prefill and decode replicas would share a card.
+PD_GPU_SHARE_SETS = (
+    "disaggregation.prefill.gpu_share=0.45",
+    "disaggregation.decode.gpu_share=0.45",
+)
 # The Ray Serve app as the preset configures it, and the layouts and Ray switches to
 # compare it with: (`up --set` assignments, extra environment).
 RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
@@ -54,6 +61,10 @@ RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
         [],
         {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"},
     ),
+    # The P/D bench's arms (serving/bench/pd_bench.py): one engine behind Ray Serve LLM's
+    # ingress, and prefill and decode engines behind the same ingress, KV over NIXL.
+    AGGREGATED: (["serving.path=ingress"], {}),
+    DISAGGREGATED: (["serving.path=ingress", "disaggregation.connector=nixl"], {}),
     # The earlier layout: a separate OpenAiIngress replica, Ray's Python proxy and Ray
     # Serve LLM's default 50 ms stream batching (kept runnable for one release).
     "ray-app-old": (
@@ -198,11 +209,24 @@ def split_kind(kind: str) -> tuple[str, str]:
     return base, isa
 
 
+def variant_sets(base: str, setup: LocalSetup) -> list[str]:
+    """A Ray app variant's `up --set` assignments on this setup's preset."""
+    sets = list(RAY_APP_VARIANTS[base][0])
+    if base == DISAGGREGATED and setup.on_gpu:
+        sets += PD_GPU_SHARE_SETS
+    return sets
+
+
 def check_kind(kind: str, setup: LocalSetup) -> None:
     base, isa = split_kind(kind)
     if not (_VLLM_KIND.fullmatch(base) or base in RAY_APP_VARIANTS or base in GUARD_KINDS):
         known = ", ".join([*GUARD_KINDS, *RAY_APP_VARIANTS])
         raise ValueError(f"unknown local target {kind!r}: use vllm-k0..vllm-k8, {known}")
+    if base in RAY_APP_VARIANTS and (extra := variant_sets(base, setup)):
+        try:  # the variant's preset must resolve (e.g. P/D refuses replica autoscaling)
+            resolve(BuildArgs(preset=setup.preset_name, set=[*setup.sets, *extra]))
+        except ValueError as exc:
+            raise ValueError(f"{kind!r} on preset {setup.preset_name!r}: {exc}") from None
     spec = setup.preset.speculation
     if base in GUARD_KINDS and not spec.num_speculative_tokens:
         raise ValueError(f"{kind!r} needs a preset with speculation (num_speculative_tokens)")
@@ -328,7 +352,7 @@ def local_specs(
             # The target's log must have the engine's own lines (serving/bench/stages.py
             # reads them), which `up` shows only with --verbose.
             cmd += ["--verbose"]
-            for assignment in [*setup.sets, *RAY_APP_VARIANTS[base][0]]:
+            for assignment in [*setup.sets, *variant_sets(base, setup)]:
                 cmd += ["--set", assignment]
             metrics, ray_app = f"http://127.0.0.1:{ray_metrics}/metrics", True
             settle = _ray_settle(setup)

@@ -28,11 +28,15 @@
 #                                # wheel, .nixl-whl/ parts moved to /root/nixl), the FP8
 #                                # job, then vllm bench forward beside our bench
 #   tests/gpu/on-h200.sh pd-fp8-forward-wait  # what it has written so far
+#   tests/gpu/on-h200.sh pd-bench    # tests/gpu/pd_bench.sh in the background: a V4-Flash
+#                                # bench model served disaggregated (prefill and decode
+#                                # sharing the GPU) against one engine, turn by turn
+#   tests/gpu/on-h200.sh pd-bench-wait  # what it has written so far
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
 # specific to the lent machine but the kit's environment file.
 set -u -o pipefail
-step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait|pd-fp8-forward|pd-fp8-forward-wait}
+step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait|pd-fp8-forward|pd-fp8-forward-wait|pd-bench|pd-bench-wait}
 OUT=${OUT:?set OUT}
 if [ -f /tmp/site/gpu-kit.env ]; then . /tmp/site/gpu-kit.env; fi
 export PYTHONUNBUFFERED=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
@@ -64,6 +68,34 @@ gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 smoke_sets=()
 case $gpu_name in *H100*) smoke_sets=(--set accelerator.type=H100) ;; esac
+# NIXL is not in gpu-kit: its CUDA wheel comes in parts (too large for one call; .nixl-whl/
+# parts moved to /root/nixl), checked against the hash of the file PyPI serves.
+install_nixl() {
+    if ls /root/nixl/nixl_cu13-*.part* >/dev/null 2>&1 && ! python3 -c 'import nixl._api' 2>/dev/null; then
+        local wheel=/root/nixl/nixl_cu13-1.5.1-cp312-cp312-manylinux_2_28_x86_64.whl
+        cat /root/nixl/nixl_cu13-*.part* > "$wheel"
+        echo "ce48b601bad4c4503a5d9d418e6f4b1289a3a68e407af99f0f7e377f8371f49b  $wheel" | sha256sum -c - || exit 4
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+            "$wheel" /root/nixl/nixl-1.5.1-py3-none-any.whl || exit 4
+    fi
+    python3 -c 'import nixl._api; print("nixl:", nixl._api.__file__)' || echo "nixl: not importable"
+}
+# A background job runs from its own copy of the sources, which the next call's copy of the
+# working tree cannot change under it. SRC_FROM: a committed tree (`git archive HEAD serving
+# model_overrides tests pyproject.toml | tar -x -C .gpu-src`, carried).
+copy_src() {
+    rm -rf "$work/src" && mkdir -p "$work/src"
+    (cd "${SRC_FROM:-.}" && cp -r serving model_overrides tests pyproject.toml "$work/src/")
+}
+# A cache directory kept from an earlier machine (`realwidth-wait` with KEEP_JIT=1 sends it
+# back in parts; carry them as .jit-seed/): a restart with kept caches, as the chart's cache
+# volume gives a pod.
+seed_jit() {
+    if ls .jit-seed/jit.tgz.part* >/dev/null 2>&1; then
+        mkdir -p "$work/jit"
+        cat .jit-seed/jit.tgz.part* | tar xzf - -C "$work/jit" && echo "jit seed: $(du -sh "$work/jit")"
+    fi
+}
 case $step in
 suite)
     rm -rf "$work/smoke"
@@ -189,11 +221,9 @@ wait)
     tar czf "$OUT/bench-routing-logs.tgz" -C "$work/bench-routing-gpu" logs 2>/dev/null
     ;;
 realwidth)
-    rm -rf "$work/realwidth" "$work/src"
-    mkdir -p "$work/realwidth" "$work/src"
-    # The job outlives this call: it runs from its own copy of the checkout, which the
-    # next call's copy of the working tree cannot change under it.
-    cp -r serving model_overrides tests pyproject.toml "$work/src/"
+    rm -rf "$work/realwidth"
+    mkdir -p "$work/realwidth"
+    copy_src
     if [ "$gpu_mib" -lt 100000 ]; then
         # An 80 GB card holds four 3-layer engines (~16 GB each) and two at 6 layers, not
         # six and two at 12: the job's defaults are for an H200's 141 GB.
@@ -202,13 +232,7 @@ realwidth)
         # Three engines' profile runs at once beside a running one exceeded 80 GB.
         export START=${START:-serial}
     fi
-    # A cache directory kept from an earlier machine (`realwidth-wait` with KEEP_JIT=1 sends
-    # it back in parts; carry them as .jit-seed/): a restart with kept caches, as the
-    # chart's cache volume gives a pod.
-    if ls .jit-seed/jit.tgz.part* >/dev/null 2>&1; then
-        mkdir -p "$work/jit"
-        cat .jit-seed/jit.tgz.part* | tar xzf - -C "$work/jit" && echo "jit seed: $(du -sh "$work/jit")"
-    fi
+    seed_jit
     # With RAY_SMOKE=1 the Ray app smoke runs beside it (its engine holds ~4 GB), started
     # first so that it is done before the bench's load cells. It fills the same cache
     # directory, so that what it compiles is kept too.
@@ -254,25 +278,10 @@ realwidth-wait)
     ;;
 pd-fp8-forward)
     rm -rf "$work/pd-fp8-forward" "$work/src"
-    mkdir -p "$work/pd-fp8-forward" "$work/src"
-    # NIXL is not in gpu-kit: its CUDA wheel comes in parts (too large for one call), checked
-    # against the hash of the file PyPI serves.
-    if ls /root/nixl/nixl_cu13-*.part* >/dev/null 2>&1 && ! python3 -c 'import nixl._api' 2>/dev/null; then
-        wheel=/root/nixl/nixl_cu13-1.5.1-cp312-cp312-manylinux_2_28_x86_64.whl
-        cat /root/nixl/nixl_cu13-*.part* > "$wheel"
-        echo "ce48b601bad4c4503a5d9d418e6f4b1289a3a68e407af99f0f7e377f8371f49b  $wheel" | sha256sum -c - || exit 4
-        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-            "$wheel" /root/nixl/nixl-1.5.1-py3-none-any.whl || exit 4
-    fi
-    python3 -c 'import nixl._api; print("nixl:", nixl._api.__file__)' || echo "nixl: not importable"
-    # SRC_FROM: a committed tree (`git archive HEAD serving model_overrides tests
-    # pyproject.toml | tar -x -C .gpu-src`, carried), in place of a working tree in flux.
-    src=${SRC_FROM:-.}
-    (cd "$src" && cp -r serving model_overrides tests pyproject.toml "$work/src/")
-    if ls .jit-seed/jit.tgz.part* >/dev/null 2>&1; then
-        mkdir -p "$work/jit"
-        cat .jit-seed/jit.tgz.part* | tar xzf - -C "$work/jit" && echo "jit seed: $(du -sh "$work/jit")"
-    fi
+    mkdir -p "$work/pd-fp8-forward"
+    install_nixl
+    copy_src
+    seed_jit
     case $gpu_name in *H100*) export SMOKE_SETS="accelerator.type=H100 ${SMOKE_SETS:-}" ;; esac
     (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
         tests/gpu/pd_fp8_forward.sh "$work/pd-fp8-forward" "$work/jit" \
@@ -289,6 +298,28 @@ pd-fp8-forward-wait)
     [ -d "$job/pd" ] && tail -4 "$job/pd.log"
     tar czf "$OUT/pd-fp8-forward.tgz" --exclude='logs' --exclude='*.prom' -C "$work" pd-fp8-forward
     tar czf "$OUT/pd-fp8-forward-logs.tgz" -C "$work" pd-fp8-forward 2>/dev/null
+    ;;
+pd-bench)
+    rm -rf "$work/pd-bench" "$work/src"
+    mkdir -p "$work/pd-bench"
+    install_nixl
+    copy_src
+    seed_jit
+    case $gpu_name in *H100*) export BENCH_SETS="accelerator.type=H100 ${BENCH_SETS:-}" ;; esac
+    (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
+        tests/gpu/pd_bench.sh "$work/pd-bench" "$work/jit" \
+        > "$work/pd-bench/job.log" 2>&1 < /dev/null &)
+    sleep 15
+    tail -5 "$work/pd-bench/job.log"
+    ;;
+pd-bench-wait)
+    job=$work/pd-bench
+    until [ -f "$job/done" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
+        sleep 10
+    done
+    tail -30 "$job/job.log"
+    tar czf "$OUT/pd-bench.tgz" --exclude='logs' -C "$work" pd-bench
+    tar czf "$OUT/pd-bench-logs.tgz" -C "$work" pd-bench/logs 2>/dev/null
     ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac
