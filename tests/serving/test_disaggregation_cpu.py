@@ -9,13 +9,17 @@ Every engine here runs one OpenMP thread on one core (VLLM_CPU_OMP_THREADS_BIND)
 a NIXL engine two threads where a plain engine gets one, and bf16 sums differ with the
 thread count."""
 
+import contextlib
 import json
 import os
 import random
 import re
+import signal
+import threading
 import time
 
 import openai
+import psutil
 import pytest
 
 from serving.bench.targets import RAY_REPORT_INTERVAL_ENV
@@ -23,7 +27,7 @@ from serving.golden import GoldenDesign, write_golden_model
 from tests.support.child_result import child_result
 from tests.support.parallel import BIND
 from tests.support.prom_samples import scrape, total
-from tests.support.ray_app import ray_app
+from tests.support.ray_app import ray_app, ray_pids
 
 # The reference engine and the app start in the first test: on an AVX2 CPU, where DSV4's ops
 # run eager, more than the suite's 15 minutes may go to them.
@@ -55,9 +59,20 @@ def numeric_dir(tmp_path_factory: pytest.TempPathFactory):
     )
 
 
+# A prompt no other test sends (a prefix-cache hit on prefill would answer at once), long
+# enough that prefill is still computing it when its replica is killed.
+KILLED = "killed"
+
+
+def killed_prompt() -> str:
+    words, rng = GoldenDesign().words, random.Random(2)
+    return " ".join(rng.choice(words) for _ in range(2000))
+
+
 @pytest.fixture(scope="module")
 def reference(numeric_dir) -> dict[str, str]:
-    names, texts = list(prompts()), list(prompts().values())
+    names = [*prompts(), KILLED]
+    texts = [*prompts().values(), killed_prompt()]
     out = child_result(
         "tests.support.aggregated_runner",
         str(numeric_dir),
@@ -178,3 +193,75 @@ def test_the_kv_transfer_rules_find_their_series_and_each_engine_s_role(app, ser
         if name == f"ray_vllm_{NIXL_XFER_SECONDS}_count" and value > 0
     }
     assert [deployments[r].split(":")[0] for r in readers] == ["Decode"]
+
+
+def _prefill_replica(app) -> psutil.Process:
+    """The app's one prefill replica process (Ray names it after its deployment)."""
+    found, titles = [], []
+    for pid in ray_pids() - app["ray_before"]:
+        try:
+            proc = psutil.Process(pid)
+            title = " ".join(proc.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        titles.append(title)
+        # "ray::SERVE_REPLICA::<app>#Prefill:<model>#..." while it starts, then
+        # "ray::ServeReplica:<app>:Prefill:<model>..." (Ray's actor process titles).
+        if re.match(r"ray::(SERVE_REPLICA::\S+#|ServeReplica:[^:]+:)Prefill:", title):
+            found.append(proc)
+    assert len(found) == 1, titles
+    return found[0]
+
+
+def _complete(client: openai.OpenAI, prompt: str, outcome: dict) -> None:
+    try:
+        answer = client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0,
+            extra_body={"ignore_eos": True},
+        )  # fmt: skip
+        outcome["text"] = answer.choices[0].text
+    except openai.APIStatusError as exc:
+        outcome["status"], outcome["body"] = exc.status_code, exc.response.text
+    except openai.APIError as exc:  # no HTTP answer at all: not a clean error
+        outcome["broken"] = repr(exc)
+
+
+def test_a_prefill_replica_killed_before_it_answers_gives_an_error_or_the_right_text(
+    app, served, reference
+):
+    """The prefill replica's process (and its engine) is SIGKILLed while it computes a
+    2000-token prompt, as a node loss would: the client gets a clean HTTP error or, retried,
+    the one-engine text, never other text; Serve starts a new prefill replica and the app
+    answers rightly again."""
+    client = openai.OpenAI(base_url=app["base"] + "/v1", api_key=KEY, max_retries=0, timeout=900)
+    replica = _prefill_replica(app)
+    outcome: dict = {}
+    request = threading.Thread(target=_complete, args=(client, killed_prompt(), outcome))
+    request.start()
+    # Prefill takes seconds on a CPU; a second in, the request is with it.
+    time.sleep(1.0)
+    for proc in [*replica.children(recursive=True), replica]:  # the engine core with it
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    request.join(900)
+    answered = time.monotonic() - killed
+    assert not request.is_alive() and "broken" not in outcome, outcome
+    if "text" in outcome:
+        assert outcome["text"] == reference[KILLED]
+    else:
+        assert outcome["status"] >= 500 and json.loads(outcome["body"])["error"], outcome
+    # Serve replaces the replica (a new engine start); then the app is whole again.
+    deadline = time.monotonic() + 600
+    while True:
+        after: dict = {}
+        _complete(client, prompts()["medium"], after)
+        if "text" in after or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    assert after.get("text") == reference["medium"], after
+    assert _prefill_replica(app).pid != replica.pid
+    # What the client got and when (pytest -s shows it; docs/disaggregation.md quotes it).
+    got = "the text" if "text" in outcome else f"HTTP {outcome['status']}"
+    print(f"killed prefill: {got} {answered:.1f} s after the kill, "
+          f"whole again {time.monotonic() - killed:.0f} s after it")  # fmt: skip
