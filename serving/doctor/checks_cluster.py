@@ -20,6 +20,7 @@ from serving.doctor.k8s import (
     quantity,
     semver,
 )
+from serving.doctor.plan import PodPlan
 
 KUBERAY_MIN = (1, 3, 0)
 KUBERAY_INSTALL = (
@@ -64,14 +65,21 @@ def check_namespace(ctx: PreflightContext) -> Finding:
     return ok(f"namespace {ctx.plan.namespace} exists")
 
 
+def _shape(group: PodPlan) -> str:
+    """A worker group as the chart check names it: "workers 1-4 replica(s) x 1 pod(s) x 8
+    nvidia.com/gpu", or per role: "prefill workers 2-4 replica(s) x ..."."""
+    bounds = f"{group.min_replicas}" + (
+        f"-{group.max_replicas}" if group.max_replicas != group.min_replicas else ""
+    )
+    return (
+        f"{group.noun}s {bounds} replica(s) x {group.hosts} pod(s) x {group.gpus} "
+        f"{group.gpu_resource}"
+    )
+
+
 def check_chart(ctx: PreflightContext) -> Iterator[Finding]:
     plan = ctx.plan
-    workers = plan.workers
-    shape = (
-        f"{workers.min_replicas}"
-        + (f"-{workers.max_replicas}" if workers.max_replicas != workers.min_replicas else "")
-        + f" replica(s) x {workers.hosts} pod(s) x {workers.gpus} {workers.gpu_resource}"
-    )
+    shapes = [_shape(group) for group in plan.worker_groups]
     if plan.chart_error:
         yield fail(
             f"the chart rejects these values: {plan.chart_error}",
@@ -81,13 +89,13 @@ def check_chart(ctx: PreflightContext) -> Iterator[Finding]:
     elif plan.rendered_by:
         yield ok(
             f"chart rendered with helm {plan.rendered_by}: RayService {plan.rayservice}, "
-            f"workers {shape}"
+            + ", ".join(shapes)
         )
     else:
         yield warn(
             "checked the preset's defaults and your values, not a rendering of the chart",
             f"{plan.fallback_reason}, to check exactly what helm would install",
-            [f"workers {shape}"],
+            shapes,
         )
     rendered = {o.get("kind") for o in plan.objects} - {"RayService"}  # KubeRay's check
     try:
@@ -217,9 +225,10 @@ def check_monitoring_crds(ctx: PreflightContext) -> Finding:
 
 
 def _needs(ctx: PreflightContext) -> dict[str, Decimal]:
-    """What the release asks of a ResourceQuota at its minimum size."""
+    """What the release asks of a ResourceQuota at its minimum size: every worker group's
+    (a disaggregated release's prefill and decode) minimum pods, the head, the download."""
     plan = ctx.plan
-    pods = [(plan.workers, plan.workers.min_pods), (plan.head, 1)]
+    pods = [(group, group.min_pods) for group in plan.worker_groups] + [(plan.head, 1)]
     if plan.download:
         pods.append((plan.download, 1))
     need: dict[str, Decimal] = {"pods": Decimal(sum(n for _, n in pods))}

@@ -154,10 +154,11 @@ def _fit(ctx: PreflightContext, node: Obj, pod: PodPlan) -> NodeFit:
     return fit_node(node, pod, ctx.plan.gpu_type, in_use, ctx.image_arches)
 
 
-def gpu_fits(ctx: PreflightContext) -> list[NodeFit]:
-    """Every node that has the platform's GPUs at all."""
-    workers = ctx.plan.workers
-    fits = [_fit(ctx, node, workers) for node in ctx.nodes()]
+def gpu_fits(ctx: PreflightContext, pod: PodPlan | None = None) -> list[NodeFit]:
+    """Every node that has the platform's GPUs at all, judged for one worker group's pod
+    (by default the first: what the groups share)."""
+    pod = pod or ctx.plan.workers
+    fits = [_fit(ctx, node, pod) for node in ctx.nodes()]
     return [f for f in fits if f.allocatable > 0]
 
 
@@ -268,43 +269,53 @@ def check_arch(ctx: PreflightContext) -> Finding | None:
 
 
 def check_node_resources(ctx: PreflightContext) -> Iterator[Finding]:
-    workers = ctx.plan.workers
-    fits = [f for f in gpu_fits(ctx) if f.allocatable >= workers.gpus]
+    for group in ctx.plan.worker_groups:
+        yield from _group_resources(ctx, group)
+
+
+def _group_resources(ctx: PreflightContext, workers: PodPlan) -> Iterator[Finding]:
+    """One worker group's memory, CPU and /dev/shm against the GPU nodes (a disaggregated
+    release's roles may ask for different resources)."""
+    fits = [f for f in gpu_fits(ctx, workers) if f.allocatable >= workers.gpus]
     if not fits:
         return
+    plural, key = f"{workers.noun}s", workers.values_key
+    pods = "" if workers.role == "worker" else f" for the {workers.role} pods"
     if workers.memory is None:
-        yield warn("worker memory request unknown (no values.yaml): memory not checked")
+        yield warn(f"{workers.noun} memory request unknown (no values.yaml): memory not checked")
     else:
         roomy = [f for f in fits if f.memory is None or f.memory >= workers.memory]
         largest = max((f.memory for f in fits if f.memory is not None), default=None)
         if not roomy:
             yield fail(
-                f"workers request {gib(workers.memory)} of memory; the GPU nodes have at most "
+                f"{plural} request {gib(workers.memory)} of memory; the GPU nodes have at most "
                 f"{gib(largest)} allocatable",
-                f"lower it: --set workers.resources.memory={gib(largest)} (keep room for "
+                f"lower it: --set {key}.resources.memory={gib(largest)} (keep room for "
                 "/dev/shm, which counts against the pod's memory)",
             )
         else:
-            yield ok(f"memory: {len(roomy)} GPU node(s) have >= {gib(workers.memory)} allocatable")
+            yield ok(
+                f"memory: {len(roomy)} GPU node(s) have >= {gib(workers.memory)} allocatable{pods}"
+            )
     if workers.cpu is not None:
         roomy = [f for f in fits if f.cpu is None or f.cpu >= workers.cpu]
         if not roomy:
             largest = max((f.cpu for f in fits if f.cpu is not None), default=None)
             yield fail(
-                f"workers request {workers.cpu} CPUs; the GPU nodes have at most {largest}",
-                f"lower it: --set workers.resources.cpu={largest}",
+                f"{plural} request {workers.cpu} CPUs; the GPU nodes have at most {largest}",
+                f"lower it: --set {key}.resources.cpu={largest}",
             )
     if workers.shm is not None and workers.memory_limit is not None:
         if workers.shm > workers.memory_limit:
             yield warn(
-                f"/dev/shm ({gib(workers.shm)}) is larger than the worker memory limit "
+                f"/dev/shm ({gib(workers.shm)}) is larger than the {workers.noun} memory limit "
                 f"({gib(workers.memory_limit)})",
                 "shared memory counts against the limit: lower workers.shmSize or raise "
-                "workers.resources.memory",
+                f"{key}.resources.memory",
             )
         else:
             yield ok(
-                f"/dev/shm {gib(workers.shm)} fits in the worker memory limit "
+                f"/dev/shm {gib(workers.shm)} fits in the {workers.noun} memory limit "
                 f"{gib(workers.memory_limit)}"
             )
 
@@ -349,13 +360,32 @@ def check_taints(ctx: PreflightContext) -> Finding | None:
 
 
 def check_placement(ctx: PreflightContext) -> Iterator[Finding]:
-    workers = ctx.plan.workers
-    fits = gpu_fits(ctx)
+    groups = ctx.plan.worker_groups
+    if len(groups) == 1:
+        yield from _placement(ctx, groups[0])
+    else:
+        yield from _placement_of_roles(ctx, groups)
+    head = ctx.plan.head
+    head_fits = [_fit(ctx, node, head) for node in ctx.nodes()]
+    if not any(not f.reasons(head) for f in head_fits):
+        yield fail(
+            f"no node can take the Ray head ({head.cpu} CPU, {gib(head.memory)} memory)",
+            "lower head.resources or check the nodeSelector/tolerations",
+            _listed([f"{f.name}: {'; '.join(f.reasons(head))}" for f in head_fits]),
+        )
+
+
+def _usage(ctx: PreflightContext) -> str:
+    unknown = ctx.in_use_unknown_reason()
+    return f" (GPUs other pods hold not counted: {unknown})" if unknown else ""
+
+
+def _placement(ctx: PreflightContext, workers: PodPlan) -> Iterator[Finding]:
+    fits = gpu_fits(ctx, workers)
     room = sum(f.room(workers) for f in fits)
     need, most = workers.min_pods, workers.max_pods
     shape = f"{workers.min_replicas} replica(s) x {workers.hosts} pod(s) of {workers.gpus} GPUs"
-    unknown = ctx.in_use_unknown_reason()
-    usage = f" (GPUs other pods hold not counted: {unknown})" if unknown else ""
+    usage = _usage(ctx)
     if fits and room < need:
         excluded = [
             f"{f.name}: {'; '.join(f.reasons(workers))}" for f in fits if not f.room(workers)
@@ -375,14 +405,104 @@ def check_placement(ctx: PreflightContext) -> Iterator[Finding]:
             )
         else:
             yield ok(title)
-    head = ctx.plan.head
-    head_fits = [_fit(ctx, node, head) for node in ctx.nodes()]
-    if not any(not f.reasons(head) for f in head_fits):
+
+
+class _Left:
+    """What the GPU nodes have left while pods are placed on them, by node name."""
+
+    def __init__(self, fits: list[NodeFit]) -> None:
+        self.gpus = {f.name: f.free if f.free is not None else f.allocatable for f in fits}
+        self.memory = {f.name: f.memory for f in fits}
+        self.cpu = {f.name: f.cpu for f in fits}
+
+    def take(self, fit: NodeFit, pod: PodPlan) -> bool:
+        """Place one pod on the node if what is left there holds it."""
+        node = fit.name
+        memory, cpu = self.memory[node], self.cpu[node]
+        if fit.reasons(pod) or self.gpus[node] < pod.gpus:
+            return False
+        if pod.memory and memory is not None and memory < pod.memory:
+            return False
+        if pod.cpu and cpu is not None and cpu < pod.cpu:
+            return False
+        self.gpus[node] -= pod.gpus
+        if pod.memory and memory is not None:
+            self.memory[node] = memory - pod.memory
+        if pod.cpu and cpu is not None:
+            self.cpu[node] = cpu - pod.cpu
+        return True
+
+
+def _place(left: _Left, fits: list[NodeFit], pod: PodPlan, count: int) -> int:
+    """Place up to `count` pods, first fit over the nodes; how many were placed."""
+    placed = 0
+    for fit in fits:
+        while placed < count and left.take(fit, pod):
+            placed += 1
+    return placed
+
+
+def _placement_of_roles(ctx: PreflightContext, groups: list[PodPlan]) -> Iterator[Finding]:
+    """A disaggregated release: the prefill and decode groups' pods share the GPU nodes, so
+    they are placed together, each judged as its own pod (its resources, its reasons)."""
+    # The same GPU nodes, in the same order, each judged for every role's pod.
+    fits = {g.role: gpu_fits(ctx, g) for g in groups}
+    if not fits[groups[0].role]:
+        return  # gpu.nodes says there is no GPU node
+    left = _Left(fits[groups[0].role])
+    need = [g.min_pods for g in groups]
+    placed = [_place(left, fits[g.role], g, n) for g, n in zip(groups, need, strict=True)]
+    # Autoscaling's extra pods go where the minimum left room.
+    extra = [g.max_pods - g.min_pods for g in groups]
+    more = [_place(left, fits[g.role], g, n) for g, n in zip(groups, extra, strict=True)]
+    gpus = sum(g.min_pods * g.gpus for g in groups)
+    shape = ", ".join(
+        f"{g.role} {g.min_replicas} replica(s) x {g.hosts} pod(s) of {g.gpus} GPUs" for g in groups
+    )
+    usage = _usage(ctx)
+    if sum(placed) < sum(need):
+        short = [
+            f"{g.role}: room for {p} of {n} pod(s)"
+            for g, p, n in zip(groups, placed, need, strict=True)
+            if p < n
+        ]
         yield fail(
-            f"no node can take the Ray head ({head.cpu} CPU, {gib(head.memory)} memory)",
-            "lower head.resources or check the nodeSelector/tolerations",
-            _listed([f"{f.name}: {'; '.join(f.reasons(head))}" for f in head_fits]),
+            f"room for {sum(placed)} of the {sum(need)} worker pod(s) needed ({shape}: "
+            f"{gpus} GPUs){usage}",
+            "free or add GPU nodes, or fix what excludes them (listed); the RayService stays "
+            "unready with Pending workers until every pod of a replica is placed",
+            _listed([*short, *_excluded(groups, fits)]),
         )
+        return
+    title = f"room for the {sum(need)} worker pod(s) needed ({shape}: {gpus} GPUs){usage}"
+    if sum(more) < sum(extra):
+        bounds = " + ".join(f"{g.max_replicas} {g.role}" for g in groups)
+        caps = [
+            f"--set {g.values_key}.maxReplicas={g.min_replicas + m // g.hosts}"
+            for g, m, e in zip(groups, more, extra, strict=True)
+            if m < e
+        ]
+        yield warn(
+            f"{title}; autoscaling to {bounds} replica(s) needs "
+            f"{sum(g.max_pods for g in groups)} pod(s), room for {sum(need) + sum(more)}",
+            f"cap autoscaling: {' '.join(caps)}, or add nodes",
+        )
+    else:
+        yield ok(title)
+
+
+def _excluded(groups: list[PodPlan], fits: dict[str, list[NodeFit]]) -> list[str]:
+    """Each node that cannot take a role's pod, and why (once when the roles agree)."""
+    lines = []
+    for at in zip(*(fits[g.role] for g in groups), strict=True):
+        reasons = {g.role: "; ".join(f.reasons(g)) for g, f in zip(groups, at, strict=True)}
+        node = at[0].name
+        if len(set(reasons.values())) == 1:
+            if reasons[groups[0].role]:
+                lines.append(f"{node}: {reasons[groups[0].role]}")
+            continue
+        lines += [f"{node} ({role}): {why}" for role, why in reasons.items() if why]
+    return lines
 
 
 CHECKS = [

@@ -77,7 +77,8 @@ def _rwx_classes(classes: list[Obj]) -> list[str]:
 
 def _multi_node(ctx: PreflightContext) -> bool:
     """Do pods on different nodes mount the volume (so it must be shared)?"""
-    return ctx.plan.workers.max_pods + 1 + (1 if ctx.plan.download else 0) > 1
+    workers = sum(group.max_pods for group in ctx.plan.worker_groups)
+    return workers + 1 + (1 if ctx.plan.download else 0) > 1
 
 
 def check_volume(ctx: PreflightContext) -> Finding:

@@ -45,6 +45,17 @@ class PodPlan:
     hosts: int = 1  # pods per replica (numOfHosts)
     min_replicas: int = 1
     max_replicas: int = 1
+    group: str = ""  # the KubeRay worker group's name
+
+    @property
+    def noun(self) -> str:
+        """How findings name this pod: "worker", or a disaggregated role's "prefill worker"."""
+        return "worker" if self.role == "worker" else f"{self.role} worker"
+
+    @property
+    def values_key(self) -> str:
+        """Where the chart's values size a worker group (its replicas and resources)."""
+        return "workers" if self.role == "worker" else f"disaggregation.{self.role}"
 
     @property
     def min_pods(self) -> int:
@@ -73,7 +84,9 @@ class Plan:
     platform: str
     preset: Preset
     head: PodPlan
-    workers: PodPlan
+    # One group ("worker"), or a disaggregated release's "prefill" and "decode" groups: each
+    # with its own replica bounds and resources.
+    worker_groups: list[PodPlan]
     storage: StoragePlan
     download: PodPlan | None
     local_cache: bool
@@ -82,6 +95,12 @@ class Plan:
     chart_error: str | None = None
     objects: list[Obj] = field(default_factory=list)
     rayservice: str = ""
+
+    @property
+    def workers(self) -> PodPlan:
+        """The first worker group, for what every group shares: the pod spec's scheduling,
+        image and volumes, the GPU resource and GPUs per pod (the preset's)."""
+        return self.worker_groups[0]
 
     @property
     def model_size(self) -> Decimal | None:
@@ -214,6 +233,18 @@ def pod_plan(role: str, spec: Obj, gpu_resource: str | None) -> PodPlan:
     )
 
 
+def worker_group(group: Obj, gpu_resource: str) -> PodPlan:
+    """One rendered worker group; a disaggregated release's pods carry their role's label."""
+    template = group.get("template") or {}
+    role = dig(template, "metadata", "labels", "dsv4-serve/role") or "worker"
+    pod = pod_plan(role, template.get("spec") or {}, gpu_resource)
+    pod.group = group.get("groupName", "")
+    pod.hosts = int(group.get("numOfHosts") or 1)
+    pod.min_replicas = int(group.get("minReplicas", group.get("replicas", 1)))
+    pod.max_replicas = int(group.get("maxReplicas", pod.min_replicas))
+    return pod
+
+
 def _claim_name(spec: Obj) -> str | None:
     for volume in spec.get("volumes") or []:
         if volume.get("name") == "model":
@@ -228,11 +259,10 @@ def plan_from_objects(
     (service,) = [o for o in objects if o.get("kind") == "RayService"]
     cluster = dig(service, "spec", "rayClusterConfig", default={})
     head = pod_plan("head", dig(cluster, "headGroupSpec", "template", "spec", default={}), None)
-    group = (cluster.get("workerGroupSpecs") or [{}])[0]
-    workers = pod_plan("worker", dig(group, "template", "spec", default={}), gpu_resource)
-    workers.hosts = int(group.get("numOfHosts") or 1)
-    workers.min_replicas = int(group.get("minReplicas", group.get("replicas", 1)))
-    workers.max_replicas = int(group.get("maxReplicas", workers.min_replicas))
+    groups = [
+        worker_group(group, gpu_resource) for group in cluster.get("workerGroupSpecs") or [{}]
+    ]
+    workers = groups[0]
     claim = _claim_name(workers.spec) or ""
     # The weights' claim, not the JIT cache's (jitCache: its own claim and volume).
     pvcs = [
@@ -267,7 +297,7 @@ def plan_from_objects(
         platform=platform,
         preset=load_preset(preset),
         head=head,
-        workers=workers,
+        worker_groups=groups,
         storage=storage,
         download=download,
         local_cache=local_cache,
@@ -306,22 +336,53 @@ def plan_from_values(
         memory=quantity(head_res.get("memory")),
         memory_limit=quantity(head_res.get("memory")),
     )
-    minimum = workers_values.get("minReplicas")
-    maximum = workers_values.get("maxReplicas")
-    workers = PodPlan(
-        "worker",
-        spec,
-        image,
-        cpu=quantity(worker_res.get("cpu")),
-        memory=quantity(worker_res.get("memory")),
-        memory_limit=quantity(worker_res.get("memory")),
-        gpus=int(row["gpusPerPod"]),
-        gpu_resource=gpu_resource,
-        shm=quantity(workers_values.get("shmSize")),
-        hosts=int(row["nodesPerReplica"]),
-        min_replicas=int(row["minReplicas"] if minimum is None else minimum),
-        max_replicas=int(row["maxReplicas"] if maximum is None else maximum),
-    )
+
+    def group(role: str, res: dict, minimum: int, maximum: int) -> PodPlan:
+        # An unset memory is the preset's node default (rayservice.yaml).
+        memory = quantity(res.get("memory") or worker_res.get("memory") or row["workerMemory"])
+        suffix = "workers" if role == "worker" else role
+        return PodPlan(
+            role,
+            spec,
+            image,
+            cpu=quantity(res.get("cpu") or worker_res.get("cpu")),
+            memory=memory,
+            memory_limit=memory,
+            gpus=int(row["gpusPerPod"]),
+            gpu_resource=gpu_resource,
+            shm=quantity(workers_values.get("shmSize")),
+            hosts=int(row["nodesPerReplica"]),
+            min_replicas=minimum,
+            max_replicas=maximum,
+            group=f"{str(row['gpuType']).lower()}-{suffix}",
+        )
+
+    disaggregation = values.get("disaggregation") or {}
+    if disaggregation.get("enabled"):
+        groups = []
+        for role in ("prefill", "decode"):
+            role_values = disaggregation.get(role) or {}
+            low = int(dig(role_values, "minReplicas", default=1))
+            high = role_values.get("maxReplicas")
+            groups.append(
+                group(
+                    role,
+                    role_values.get("resources") or {},
+                    low,
+                    low if high is None else int(high),
+                )
+            )
+    else:
+        minimum = workers_values.get("minReplicas")
+        maximum = workers_values.get("maxReplicas")
+        groups = [
+            group(
+                "worker",
+                {},
+                int(row["minReplicas"] if minimum is None else minimum),
+                int(row["maxReplicas"] if maximum is None else maximum),
+            )
+        ]
     pvc = dig(values, "model", "pvc", default={})
     existing = pvc.get("existingClaim") or ""
     fullname = _fullname(release, values)
@@ -343,7 +404,7 @@ def plan_from_values(
         platform=platform,
         preset=load_preset(preset),
         head=head,
-        workers=workers,
+        worker_groups=groups,
         storage=storage,
         download=download,
         local_cache=bool(dig(values, "model", "localCache", "enabled")),

@@ -12,6 +12,7 @@ context, which is stubbed.
 from __future__ import annotations
 
 import os
+import re
 import types
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from tests.support.chart_render import (
     CHART,
     by_kind,
     helm,
+    notes,
     pod_templates,
     ray_cluster,
     render,
@@ -365,6 +367,79 @@ def test_mooncake_opens_no_nixl_ports(tmp_path: Path):
         template = pod_templates(objects)[role]
         assert "nixl" not in _ports(template) and "UCX_TCP_PORT_RANGE" not in _env(template)
     assert not [p for p in by_kind(objects, "NetworkPolicy") if "-nixl-" in p["metadata"]["name"]]
+
+
+# --- NOTES: what `helm install` prints --------------------------------------------------
+
+WATCH = re.compile(r"kubectl -n \S+ get pods -l (\S+) -w")
+
+
+@pytest.mark.parametrize("preset", ["h200-flash-mtp", "mi300x-pro-mtp"])
+def test_notes_name_each_role_s_group_bounds_and_pods(preset: str, tmp_path: Path):
+    values = {**PD, "preset": preset, "platform": PRESETS[preset]["platform"]}
+    objects = render(tmp_path, values)
+    text = notes(tmp_path, values)
+    assert "Disaggregated (KV over nixl)" in text
+    for role, group in _groups(objects).items():
+        line = (
+            f"  {role}: group {group['groupName']}, minReplicas {group['minReplicas']}, "
+            f"maxReplicas {group['maxReplicas']}"
+        )
+        if group["numOfHosts"] > 1:
+            line += f", {group['numOfHosts']} pods per replica"
+        assert line + "\n" in text
+    # Each watch command selects its role's pods and nothing else the release runs.
+    templates = pod_templates(objects)
+    selected = []
+    for selector in WATCH.findall(text):
+        wanted = dict(pair.split("=") for pair in selector.split(","))
+        selected.append(
+            [r for r, t in templates.items() if wanted.items() <= t["metadata"]["labels"].items()]
+        )
+    assert selected == [["prefill"], ["decode"]]
+
+
+def test_notes_give_the_nixl_ports_and_the_policies_that_open_them(pd_release, tmp_path: Path):
+    text = notes(tmp_path, PD)
+    templates = pod_templates(pd_release)
+    ports = {role: _ports(templates[role])["nixl"] for role in ("prefill", "decode")}
+    assert ports == NIXL_SIDE_CHANNEL_PORTS
+    ucx = _env(templates["prefill"])["UCX_TCP_PORT_RANGE"]
+    assert (
+        f"NIXL ports: prefill pods {ports['prefill']}, decode pods {ports['decode']} "
+        f"(vLLM's side channel), UCX {ucx} on both." in text
+    )
+    # Each policy named admits the role the NOTES say, into the role they say.
+    named = re.findall(r"NetworkPolicy (\S+) \((\w+) -> (\w+)\)", text)
+    policies = {p["metadata"]["name"]: p["spec"] for p in by_kind(pd_release, "NetworkPolicy")}
+    assert len(named) == 2
+    for name, source, dest in named:
+        spec = policies[name]
+        assert spec["podSelector"]["matchLabels"]["dsv4-serve/role"] == dest
+        (rule,) = spec["ingress"]
+        (peer,) = rule["from"]
+        assert peer["podSelector"]["matchLabels"]["dsv4-serve/role"] == source
+        assert {p["port"] for p in rule["ports"]} == {ports[dest], UCX_TCP_PORT_RANGE[0]}
+    assert {dest for *_, dest in named} == {"prefill", "decode"}
+
+
+def test_notes_say_when_no_policy_guards_nixl_and_mooncake_has_no_ports(tmp_path: Path):
+    text = notes(tmp_path, {**PD, "networkPolicy": {"enabled": False}})
+    assert "NIXL ports: prefill pods 20000" in text
+    assert "networkPolicy.enabled is false: nothing limits who reaches them." in text
+    assert "-nixl-" not in text
+    text = notes(tmp_path, MOONCAKE)
+    assert "Disaggregated (KV over mooncake)" in text
+    assert "NIXL" not in text and "UCX" not in text
+
+
+@pytest.mark.parametrize(
+    "values", [{}, {"serve": {"path": "ingress"}}], ids=["direct", "ingress-layout"]
+)
+def test_an_aggregated_release_s_notes_say_nothing_of_roles(values: dict, tmp_path: Path):
+    text = notes(tmp_path, values)
+    for word in ("Disaggregated", "dsv4-serve/role", "prefill", "NIXL"):
+        assert word not in text
 
 
 # --- bad values: refused, naming the problem --------------------------------------------

@@ -143,6 +143,7 @@ NOTES_CASES = {
         },
         MONITORING_APIS,
     ),
+    "disaggregated": ({"disaggregation": {"enabled": True}}, MONITORING_APIS),
 }
 KIND_WORDS = {
     "rayservice": "RayService",

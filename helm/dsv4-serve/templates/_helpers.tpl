@@ -101,6 +101,12 @@ engines sit behind Ray Serve LLM's OpenAI ingress), else the preset's serving.pa
 {{- .Files.Get "files/disaggregation.yaml" -}}
 {{- end }}
 
+{{/* A worker group's name (include with (list . "workers"|"prefill"|"decode")): the engine
+group of an aggregated release or a disaggregated role's (rayservice.yaml, NOTES.txt). */}}
+{{- define "dsv4.workerGroup" -}}
+{{- printf "%s-%s" (lower (include "dsv4.preset" (index . 0) | fromYaml).gpuType) (index . 1) }}
+{{- end }}
+
 {{/* Does a disaggregated release move its KV over NIXL (fixed side-channel and UCX ports)? */}}
 {{- define "dsv4.nixl" -}}
 {{- if and .Values.disaggregation.enabled (eq .Values.disaggregation.connector "nixl") }}true{{ end }}
