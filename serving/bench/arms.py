@@ -72,9 +72,11 @@ def play_in_turns(
     play: Play,
     logs: Path,
     progress: Progress,
+    after_each: Callable[[ArmRounds], None] | None = None,
 ) -> ArmRounds:
     """Every arm once per round, the local ones each in its own fresh app. Ctrl-C or
-    SIGTERM stops the arm that runs and keeps what the others played."""
+    SIGTERM stops the arm that runs and keeps what the others played. ``after_each`` sees
+    what has been played after every turn (a report on disk survives a lost machine)."""
     arms = [*kinds, *(t.name for t in remote)]
     result = ArmRounds({name: [] for name in arms}, {kind: [] for kind in kinds})
     try:
@@ -83,6 +85,8 @@ def play_in_turns(
             progress(f"round {index + 1}/{rounds}: {', '.join(order)}")
             for name in order:
                 _one_turn(name, setup, remote, play, logs, progress, result)
+                if after_each:
+                    after_each(result)
     except KeyboardInterrupt:
         result.interrupted = True
         progress("interrupted: writing what was measured")

@@ -239,6 +239,7 @@ def run_pd(args: argparse.Namespace, targets: list[Target], setup: LocalSetup | 
             words,
             logs,
             _progress,
+            Path(args.out),
         ),
     )
     for path in pd_bench.write(result, Path(args.out)):

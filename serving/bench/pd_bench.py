@@ -8,10 +8,17 @@ The arms are two Ray Serve apps behind the same ingress and gateway: one engine
 (serving/bench/arms.py): each round starts one arm's app, plays every concurrency level
 on it and stops it. Running deployments (``--target NAME=URL``) can be played instead.
 
+Before its levels each arm plays a warm-up (one turn per client at every level, on prompts
+of their own): a GPU engine compiles kernels for batch shapes the first time it sees them
+(DeepGEMM's, when its warm-up is skipped), which stalled a first batch of 8 for 7-9 s.
+Replies are of fixed length (``ignore_eos``).
+
 The figures are per level and per arm (time to first token and time per output token,
 p50 and p90, output tokens/s, prefix-cache hits), and the ratios of the P/D arm to the
 aggregated one measured in the same run, with the share of replies whose text is the same
-in both arms (greedy decoding; batches of different make-up may round differently)."""
+in both arms (greedy decoding; batches of different make-up may round differently). A
+preset with synthetic acceptance draws its accepted tokens at random, so its texts are not
+compared."""
 
 from __future__ import annotations
 
@@ -22,7 +29,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from serving.bench.arms import play_in_turns
+import httpx
+
+from serving.bench.arms import ArmRounds, play_in_turns
 from serving.bench.conversations import (
     Client,
     ConversationWorkload,
@@ -31,8 +40,10 @@ from serving.bench.conversations import (
     run_sessions,
     sessions,
 )
-from serving.bench.load import Target
+from serving.bench.load import Target, settled_scrape
+from serving.bench.stats import KV_COUNTERS, kv_transfer_delta
 from serving.bench.targets import AGGREGATED, DISAGGREGATED, LocalSetup
+from serving.monitoring.metrics_page import Samples, scrape
 
 # What P/D is for: decode steps no longer wait behind other requests' prefills, so the time
 # per output token's tail should not be worse than one engine's (P/D / aggregated <= 1) from
@@ -47,6 +58,19 @@ def level_workload(base: ConversationWorkload, concurrency: int) -> Conversation
     """The workload at one level: at least one conversation per concurrent client."""
     return replace(
         base, concurrency=concurrency, conversations=max(base.conversations, concurrency)
+    )
+
+
+def warmup_workload(base: ConversationWorkload, concurrency: int) -> ConversationWorkload:
+    """One turn per client at a level, on other prompts (another seed), so the measured
+    turns find no prompt of theirs cached by it."""
+    return replace(
+        base,
+        concurrency=concurrency,
+        conversations=concurrency,
+        turns=1,
+        unrelated=0,
+        seed=base.seed + 1,
     )
 
 
@@ -76,13 +100,29 @@ def summarise(turns: list[Turn], wall_s: float) -> dict:
 
 
 def summarise_arm(results: list[dict], starts: list[float]) -> dict:
-    """An arm over its rounds (each ``{"levels": {c: {"turns": [...], "wall_s": s}}}``)."""
+    """An arm over its rounds (each ``{"levels": {c: {"turns": [...], "wall_s": s}}}``,
+    with its engines' KV counters over the levels under ``kv`` when scraped)."""
     levels: dict[str, dict] = {}
     for level in results[0]["levels"] if results else []:
         played = [r["levels"][level] for r in results if level in r["levels"]]
         turns = [Turn(**row) for p in played for row in p["turns"]]
         levels[level] = summarise(turns, sum(p["wall_s"] for p in played))
-    return {"levels": levels, "ready_s": statistics.median(starts) if starts else None}
+    kv = [r["kv"] for r in results if r.get("kv")]
+    return {
+        "levels": levels,
+        "ready_s": statistics.median(starts) if starts else None,
+        "kv": _sum_kv(kv) if kv else None,
+    }
+
+
+def _sum_kv(deltas: list[dict]) -> dict:
+    out: dict = {k: sum(d[k] for d in deltas) for k in KV_COUNTERS}
+    sources = {src for d in deltas for src in d["prompt_tokens_by_source"]}
+    out["prompt_tokens_by_source"] = {
+        src: sum(d["prompt_tokens_by_source"].get(src, 0.0) for d in deltas)
+        for src in sorted(sources)
+    }
+    return out
 
 
 def same_text_share(first: dict, second: dict) -> float | None:
@@ -108,7 +148,12 @@ def arm_pair(arms: list[str]) -> tuple[str, str] | None:
     return (arms[0], arms[1]) if len(arms) >= 2 else None
 
 
-def compare(summary: dict[str, dict], raw: dict[str, list[dict]], pair: tuple[str, str]) -> dict:
+def compare(
+    summary: dict[str, dict],
+    raw: dict[str, list[dict]],
+    pair: tuple[str, str],
+    texts_comparable: bool = True,
+) -> dict:
     """Per level, the P/D arm's figures over the aggregated arm's, and the targets."""
     agg_name, pd_name = pair
     agg, pd = summary.get(agg_name), summary.get(pd_name)
@@ -124,8 +169,10 @@ def compare(summary: dict[str, dict], raw: dict[str, list[dict]], pair: tuple[st
             for q in ("p50", "p90")
         }
         row["throughput_ratio"] = _ratio(p["output_tokens_per_s"], a["output_tokens_per_s"])
-        row["same_text"] = same_text_share(
-            raw[agg_name][0]["levels"][level], raw[pd_name][0]["levels"][level]
+        row["same_text"] = (
+            same_text_share(raw[agg_name][0]["levels"][level], raw[pd_name][0]["levels"][level])
+            if texts_comparable
+            else None
         )
         if int(level) >= TARGETS_FROM_CONCURRENCY:
             met = {}
@@ -145,18 +192,44 @@ def _play(
     words: list[str],
     progress: Progress,
 ) -> dict:
+    cfg = Client(target.base_url, target.model, target.api_key, extra_body={"ignore_eos": True})
+
+    def play(workload: ConversationWorkload, label: str) -> tuple[list[Turn], float]:
+        def note(done: int, total: int) -> None:
+            if done == total or done % 50 == 0:
+                progress(f"{target.name} {label}: {done}/{total} turns")
+
+        return asyncio.run(run_sessions(cfg, workload, sessions(workload, words), note))
+
+    warmup = {}
+    for c in concurrency:
+        turns, wall = play(warmup_workload(base, c), f"warm-up c={c}")
+        warmup[str(c)] = {"failed": sum(not t.ok for t in turns), "wall_s": wall}
+    before = _scrape(target, progress)
     levels = {}
     for c in concurrency:
-        workload = level_workload(base, c)
-
-        def note(done: int, total: int, c: int = c) -> None:
-            if done == total or done % 50 == 0:
-                progress(f"{target.name} c={c}: {done}/{total} turns")
-
-        cfg = Client(target.base_url, target.model, target.api_key)
-        turns, wall = asyncio.run(run_sessions(cfg, workload, sessions(workload, words), note))
+        turns, wall = play(level_workload(base, c), f"c={c}")
         levels[str(c)] = {"turns": [t.row() for t in turns], "wall_s": wall}
-    return {"levels": levels}
+    played = {"levels": levels, "warmup": warmup}
+    if before is not None:
+        after = _scrape(target, progress, before)
+        played["kv"] = kv_transfer_delta(before, after) if after is not None else None
+    return played
+
+
+def _scrape(target: Target, progress: Progress, before: Samples | None = None) -> Samples | None:
+    """The target's /metrics (after the levels: once Ray's export has caught up)."""
+    if not target.metrics_url:
+        return None
+    try:
+        if before is None:
+            return scrape(target.metrics_url)
+        return settled_scrape(
+            target.metrics_url, before, target.settle_period_s, target.settle_timeout_s
+        )
+    except (httpx.HTTPError, OSError) as exc:
+        progress(f"{target.name}: /metrics unreadable ({exc})")
+        return None
 
 
 def run_all(
@@ -169,9 +242,33 @@ def run_all(
     words: list[str],
     logs: Path,
     progress: Progress,
+    out: Path | None = None,
 ) -> dict:
-    """Every arm once per round, each level in turn on it."""
+    """Every arm once per round, each level in turn on it; ``out``: the report is written
+    after every arm's turn, not only at the end."""
     levels = sorted(set(concurrency))
+    pair = arm_pair([*kinds, *(t.name for t in remote)])
+    # Synthetic acceptance takes drafted tokens at random: such texts differ by design.
+    comparable = not (setup and setup.preset.speculation.synthetic_acceptance)
+
+    def result(turns: ArmRounds) -> dict:
+        summary = {
+            name: summarise_arm(results, turns.starts.get(name, []))
+            for name, results in turns.played.items()
+            if results
+        }
+        return {
+            "workload": {**base.__dict__, "concurrency": levels},
+            "rounds": rounds,
+            "interrupted": turns.interrupted,
+            "arms": summary,
+            "compare": compare(summary, turns.played, pair, comparable) if pair else {},
+            "texts_compared": comparable,
+            "start_errors": turns.errors,
+            "raw": turns.played,
+            "setup": setup.summary() if setup else None,
+        }
+
     turns = play_in_turns(
         setup,
         kinds,
@@ -180,23 +277,9 @@ def run_all(
         lambda t: _play(t, base, levels, words, progress),
         logs,
         progress,
+        after_each=(lambda played: write(result(played), out)) if out else None,
     )
-    summary = {
-        name: summarise_arm(results, turns.starts.get(name, []))
-        for name, results in turns.played.items()
-        if results
-    }
-    pair = arm_pair([*kinds, *(t.name for t in remote)])
-    return {
-        "workload": {**base.__dict__, "concurrency": levels},
-        "rounds": rounds,
-        "interrupted": turns.interrupted,
-        "arms": summary,
-        "compare": compare(summary, turns.played, pair) if pair else {},
-        "start_errors": turns.errors,
-        "raw": turns.played,
-        "setup": setup.summary() if setup else None,
-    }
+    return result(turns)
 
 
 def _ms(value: float | None) -> str:
@@ -223,6 +306,16 @@ def markdown(result: dict) -> str:
                 f"{_ms(s['tpot']['p50_s'])} / {_ms(s['tpot']['p90_s'])} | "
                 f"{s['output_tokens_per_s']:.0f} |"
             )
+    for name, arm in result["arms"].items():
+        if kv := arm.get("kv"):
+            by_source = ", ".join(
+                f"{src} {tokens:.0f}" for src, tokens in kv["prompt_tokens_by_source"].items()
+            )
+            lines.append(
+                f"\n{name}: prompt tokens by source ({by_source}); "
+                f"{kv['transfers']:.0f} NIXL transfers, {kv['transfer_bytes'] / 1e6:.1f} MB, "
+                f"{kv['transfer_seconds']:.2f} s summed, {kv['failed_transfers']:.0f} failed"
+            )
     cmp = result["compare"]
     if cmp:
         lines += [
@@ -241,6 +334,10 @@ def markdown(result: dict) -> str:
                 f"{_x(row['throughput_ratio'])} | {_x(row['same_text'])} | "
                 f"{row.get('met', '-')} |"
             )
+    if cmp and not result.get("texts_compared", True):
+        lines.append(
+            "\nSame text: not compared (synthetic acceptance draws accepted tokens at random)."
+        )
     for name, error in result["start_errors"].items():
         lines.append(f"\n- {name} did not start: {error.get('error', error)}")
     return "\n".join(lines)

@@ -124,3 +124,40 @@ def acceptance(
         "acceptance_length": 1 + accepted / drafts if drafts else None,
         "acceptance_by_position": {p: n / drafts for p, n in accepted_at.items()} if drafts else {},
     }
+
+
+# What a disaggregated app's engines count of a prompt's KV (vLLM's names, summed over
+# engines): where each prompt token came from, and the NIXL transfers decode made.
+KV_COUNTERS = {
+    "transfers": "nixl_xfer_time_seconds_count",
+    "transfer_seconds": "nixl_xfer_time_seconds_sum",
+    "transfer_bytes": "nixl_bytes_transferred_sum",
+    "failed_transfers": "nixl_num_failed_transfers_total",
+}
+BY_SOURCE = "prompt_tokens_by_source_total"
+
+
+def kv_transfer_delta(before: Samples, after: Samples) -> dict:
+    """Prompt tokens by source (``local_compute``, ``external_kv_transfer``, ...) and the
+    NIXL transfers between two /metrics scrapes, summed over every engine."""
+
+    def total(samples: Samples, metric: str, source: str | None = None) -> float:
+        return sum(
+            value
+            for (name, labels), value in samples.items()
+            if _metric_name(name) == metric
+            and (source is None or dict(labels).get("source") == source)
+        )
+
+    sources = sorted(
+        {
+            dict(labels)["source"]
+            for (name, labels) in after
+            if _metric_name(name) == BY_SOURCE and "source" in dict(labels)
+        }
+    )
+    out = {k: total(after, m) - total(before, m) for k, m in KV_COUNTERS.items()}
+    out["prompt_tokens_by_source"] = {
+        src: total(after, BY_SOURCE, src) - total(before, BY_SOURCE, src) for src in sources
+    }
+    return out

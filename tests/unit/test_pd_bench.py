@@ -3,6 +3,7 @@ through the preset resolver, the workload per level, and the figures and ratios 
 reports from played turns."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +161,109 @@ def test_the_written_summary_leaves_the_replies_to_the_turns_file(tmp_path):
     assert "raw" not in json.loads(paths[0].read_text())
     assert json.loads(paths[1].read_text()) == raw
     assert paths[3].stat().st_size > 10_000
+
+
+def test_the_warm_up_plays_one_turn_per_client_on_prompts_of_its_own():
+    from serving.bench.conversations import sessions
+    from serving.bench.pd_bench import warmup_workload
+    from serving.golden import GoldenDesign
+
+    base = ConversationWorkload(conversations=4, turns=3, unrelated=2)
+    warm = warmup_workload(base, 8)
+    played = sessions(warm, GoldenDesign().words)
+    assert len(played) == 8 and all(len(s.users) == 1 for s in played)
+    measured = {s.system for s in sessions(level_workload(base, 8), GoldenDesign().words)}
+    assert not measured & {s.system for s in played}
+
+
+def test_texts_drawn_at_random_are_not_compared():
+    raw = {AGGREGATED: [played(0.1, 0.9, ("x",))], DISAGGREGATED: [played(0.2, 0.6, ("x",))]}
+    summary = {name: summarise_arm(rounds, []) for name, rounds in raw.items()}
+    result = compare(summary, raw, (AGGREGATED, DISAGGREGATED), texts_comparable=False)
+    assert all(row["same_text"] is None for row in result["levels"].values())
+    report = markdown(
+        {"arms": summary, "compare": result, "start_errors": {}, "texts_compared": False}
+    )
+    assert "Same text: not compared" in report
+
+
+def test_arms_take_turns_in_rotating_order_and_each_turn_is_reported():
+    from serving.bench.arms import play_in_turns
+    from serving.bench.load import Target
+
+    remote = [Target(name, f"http://127.0.0.1:9/{name}/v1", "m") for name in ("a", "b")]
+    order, seen = [], []
+    result = play_in_turns(
+        None,
+        [],
+        remote,
+        2,
+        lambda target: order.append(target.name) or {"round": len(order)},
+        Path("."),
+        lambda message: None,
+        after_each=lambda rounds: seen.append(sum(len(r) for r in rounds.played.values())),
+    )
+    assert order == ["a", "b", "b", "a"]
+    assert seen == [1, 2, 3, 4]
+    assert result.played == {"a": [{"round": 1}, {"round": 4}], "b": [{"round": 2}, {"round": 3}]}
+
+
+def test_kv_counters_are_read_from_a_real_metrics_page_in_ray_s_names():
+    """Two engines' counters as Ray exports them (prometheus-client's own exposition,
+    scraped over HTTP): the bench's deltas sum the engines and split prompt tokens by
+    source."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+    from serving.bench.stats import kv_transfer_delta
+    from serving.bench.targets import free_ports
+    from serving.monitoring.metrics_page import scrape
+
+    registry = CollectorRegistry()
+    labels = ["ReplicaId", "source"]
+    tokens = Counter("ray_vllm_prompt_tokens_by_source", "", labels, registry=registry)
+    xfer = Histogram("ray_vllm_nixl_xfer_time_seconds", "", ["ReplicaId"], registry=registry)
+    size = Histogram("ray_vllm_nixl_bytes_transferred", "", ["ReplicaId"], registry=registry)
+    failed = Counter("ray_vllm_nixl_num_failed_transfers", "", ["ReplicaId"], registry=registry)
+    (port,) = free_ports(1)
+    server, thread = start_http_server(port, "127.0.0.1", registry=registry)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        tokens.labels("prefill", "local_compute").inc(100)  # before the levels
+        before = scrape(url)
+        tokens.labels("prefill", "local_compute").inc(3000)
+        tokens.labels("decode", "external_kv_transfer").inc(2900)
+        tokens.labels("decode", "local_compute").inc(100)
+        for seconds, nbytes in ((0.02, 4e6), (0.03, 6e6)):
+            xfer.labels("decode").observe(seconds)
+            size.labels("decode").observe(nbytes)
+        failed.labels("decode").inc()
+        delta = kv_transfer_delta(before, scrape(url))
+    finally:
+        server.shutdown()
+        thread.join()
+    assert delta["prompt_tokens_by_source"] == {
+        "external_kv_transfer": 2900.0,
+        "local_compute": 3100.0,
+    }
+    assert delta["transfers"] == 2 and delta["transfer_bytes"] == 10e6
+    assert delta["transfer_seconds"] == pytest.approx(0.05)
+    assert delta["failed_transfers"] == 1
+
+
+def test_an_arm_s_kv_counters_add_over_rounds_and_reach_the_report():
+    kv = {
+        "transfers": 4.0,
+        "transfer_seconds": 0.1,
+        "transfer_bytes": 8e6,
+        "failed_transfers": 0.0,
+        "prompt_tokens_by_source": {"external_kv_transfer": 900.0},
+    }
+    rounds = [{**played(0.2, 0.6, ("x",)), "kv": kv}, {**played(0.2, 0.6, ("x",)), "kv": kv}]
+    arm = summarise_arm(rounds, [])
+    assert arm["kv"]["transfers"] == 8 and arm["kv"]["prompt_tokens_by_source"] == {
+        "external_kv_transfer": 1800.0
+    }
+    report = markdown({"arms": {DISAGGREGATED: arm}, "compare": {}, "start_errors": {}})
+    line = "external_kv_transfer 1800); 8 NIXL transfers, 16.0 MB, 0.20 s summed, 0 failed"
+    assert line in report
+    assert summarise_arm([played(0.2, 0.6, ("x",))], [])["kv"] is None
