@@ -72,6 +72,12 @@ def engines(tmp_path_factory: pytest.TempPathFactory):
             log = logs / f"{role}.log"
             proc = stack.enter_context(running_server(cmd, f"{url}/health", log, env, timeout=900))
             started[role] = (url, proc)
+        # One hand-over first, not judged: decode's first read starts the NIXL handshake,
+        # which timed out once beside the image builds of a busy 2-core CI run (decode then
+        # recomputed the prompt, as configured).
+        (prefill, _), (decode, _) = started["prefill"], started["decode"]
+        _, params = _reference_and_hand_over(prefill, _prompt(20, seed=0))
+        _complete(decode, _prompt(20, seed=0), 2, params)
         yield started
 
 
