@@ -96,6 +96,21 @@ seed_jit() {
         cat .jit-seed/jit.tgz.part* | tar xzf - -C "$work/jit" && echo "jit seed: $(du -sh "$work/jit")"
     fi
 }
+# A job that outlives this call, run from its copy of the sources with the kept cache
+# directory: tests/gpu/SCRIPT OUT_DIR CACHE_DIR, its log in $work/NAME/job.log.
+start_job() {  # NAME SCRIPT
+    (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
+        "tests/gpu/$2" "$work/$1" "$work/jit" > "$work/$1/job.log" 2>&1 < /dev/null &)
+    sleep 15
+    tail -5 "$work/$1/job.log"
+}
+# Wait for a job started by start_job to finish (or WAIT_S to pass), then show its log's end.
+wait_job() {  # NAME
+    until [ -f "$work/$1/done" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
+        sleep 10
+    done
+    tail -30 "$work/$1/job.log"
+}
 case $step in
 suite)
     rm -rf "$work/smoke"
@@ -283,19 +298,11 @@ pd-fp8-forward)
     copy_src
     seed_jit
     case $gpu_name in *H100*) export SMOKE_SETS="accelerator.type=H100 ${SMOKE_SETS:-}" ;; esac
-    (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
-        tests/gpu/pd_fp8_forward.sh "$work/pd-fp8-forward" "$work/jit" \
-        > "$work/pd-fp8-forward/job.log" 2>&1 < /dev/null &)
-    sleep 15
-    tail -5 "$work/pd-fp8-forward/job.log"
+    start_job pd-fp8-forward pd_fp8_forward.sh
     ;;
 pd-fp8-forward-wait)
-    job=$work/pd-fp8-forward
-    until [ -f "$job/done" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
-        sleep 10
-    done
-    tail -30 "$job/job.log"
-    [ -d "$job/pd" ] && tail -4 "$job/pd.log"
+    wait_job pd-fp8-forward
+    [ -d "$work/pd-fp8-forward/pd" ] && tail -4 "$work/pd-fp8-forward/pd.log"
     tar czf "$OUT/pd-fp8-forward.tgz" --exclude='logs' --exclude='*.prom' -C "$work" pd-fp8-forward
     tar czf "$OUT/pd-fp8-forward-logs.tgz" -C "$work" pd-fp8-forward 2>/dev/null
     ;;
@@ -306,18 +313,10 @@ pd-bench)
     copy_src
     seed_jit
     case $gpu_name in *H100*) export BENCH_SETS="accelerator.type=H100 ${BENCH_SETS:-}" ;; esac
-    (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
-        tests/gpu/pd_bench.sh "$work/pd-bench" "$work/jit" \
-        > "$work/pd-bench/job.log" 2>&1 < /dev/null &)
-    sleep 15
-    tail -5 "$work/pd-bench/job.log"
+    start_job pd-bench pd_bench.sh
     ;;
 pd-bench-wait)
-    job=$work/pd-bench
-    until [ -f "$job/done" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
-        sleep 10
-    done
-    tail -30 "$job/job.log"
+    wait_job pd-bench
     tar czf "$OUT/pd-bench.tgz" --exclude='logs' -C "$work" pd-bench
     tar czf "$OUT/pd-bench-logs.tgz" -C "$work" pd-bench/logs 2>/dev/null
     ;;
