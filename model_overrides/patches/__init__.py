@@ -17,6 +17,7 @@ from model_overrides.patches import (  # noqa: F401 - imported for registration
     dsv4_cuda_hc_path,
     dummy_weights,
     moe_clamp_filter,
+    parallel_jit_warmup,
     pr42930,
     spec_guard,
 )

@@ -1,0 +1,196 @@
+"""Compile jobs: what one worker process compiles, described so another process can redo it.
+
+Two kinds, each read from vLLM's own objects so the jobs are the keys vLLM's warm-up would
+compile (vLLM 0.34 source, ``vllm/model_executor/warmup/``):
+- ``jit_key``: one key of a kernel in the runner's ``JitWarmupRegistry`` (TileLang's mHC
+  kernels and vLLM's other JIT owners). The registry expands each registration through
+  ``kernel.get_warmup_keys``; a worker builds the kernel's class anew (``VllmJitKernel``
+  takes no arguments) and calls ``compile(key)``, which writes the tool's disk cache.
+- ``fp8_gemm_nt``: one FP8 weight shape of DeepGEMM's dense GEMM and a run of its M values
+  (``deep_gemm_warmup._deep_gemm_linear_data`` and ``_get_fp8_gemm_nt_m_values`` pick them,
+  as DeepGEMM's own warm-up does); a worker allocates tensors of that layout and calls
+  ``vllm.utils.deep_gemm.fp8_gemm_nt`` once per M, which JIT-compiles each config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+JobKind = Literal["jit_key", "fp8_gemm_nt"]
+# DeepGEMM M values per job: a weight shape has ~100-400 of them at 2-5 s each.
+GEMM_M_PER_JOB = 8
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    kind: JobKind
+    owner: str  # "module:QualName" of the kernel class, or the GEMM's weight shape
+    payload: bytes  # the pickled key, or the pickled GEMM case
+    label: str = ""  # for logs: the key's repr, cut
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"{self.kind}|{self.owner}|".encode() + self.payload).hexdigest()
+
+
+@dataclass(frozen=True)
+class GemmCase:
+    """A DeepGEMM dense FP8 GEMM: the weight and scale layouts and the M values to run."""
+
+    n: int
+    k: int
+    weight_stride: tuple[int, ...]
+    weight_dtype: str
+    scale_shape: tuple[int, ...]
+    scale_stride: tuple[int, ...]
+    scale_dtype: str
+    block_m: int
+    m_values: tuple[int, ...]
+    device_index: int
+
+
+@dataclass
+class JobResult:
+    index: int
+    ok: bool
+    seconds: float
+    kind: str = ""
+    error: str = ""
+
+
+@dataclass
+class JobSet:
+    jobs: list[CompileJob] = field(default_factory=list)
+    # Kernels whose keys could not be described for another process (their class needs
+    # constructor arguments or a key does not pickle): vLLM's warm-up compiles them itself.
+    left_to_vllm: list[str] = field(default_factory=list)
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        for job in self.jobs:
+            digest.update(job.fingerprint().encode())
+        return digest.hexdigest()[:16]
+
+
+def owner_name(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _rebuildable(kernel: Any) -> bool:
+    """Whether a worker can build the kernel's class with no arguments, as this one was."""
+    import inspect
+
+    try:
+        params = inspect.signature(type(kernel)).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(
+        p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params
+    )
+
+
+def registry_jobs(registry: Any, vllm_config: Any, out: JobSet) -> None:
+    """One job per key the registry's warm-up would compile (``JitWarmupRegistry.warmup``
+    expands registrations the same way: ``vllm_config`` for a bare registration)."""
+    import inspect
+
+    for kernel, registrations in registry._registrations.items():
+        owner = owner_name(kernel)
+        if not _rebuildable(kernel):
+            out.left_to_vllm.append(owner)
+            continue
+        keys: dict[Any, None] = {}
+        for args, kwargs in registrations:
+            params = inspect.signature(kernel.get_warmup_keys).parameters
+            if not args and not kwargs and "vllm_config" in params:
+                kwargs = {"vllm_config": vllm_config}
+            for key in kernel.get_warmup_keys(*args, **kwargs):
+                keys[key] = None
+        try:
+            payloads = [(pickle.dumps(key), repr(key)[:160]) for key in keys]
+        except Exception:  # a key of objects that do not travel
+            out.left_to_vllm.append(owner)
+            continue
+        out.jobs += [CompileJob("jit_key", owner, data, label) for data, label in payloads]
+
+
+def deep_gemm_jobs(model: Any, max_tokens: int, out: JobSet) -> None:
+    """DeepGEMM's dense FP8 GEMM warm-up, cut into jobs: each weight shape the model's FP8
+    linears use once, its M values in runs of ``GEMM_M_PER_JOB``."""
+    import vllm.envs as envs
+    from vllm.model_executor.warmup import deep_gemm_warmup as dgw
+    from vllm.utils.deep_gemm import get_mk_alignment_for_contiguous_layout, is_deep_gemm_supported
+
+    if not is_deep_gemm_supported() or envs.VLLM_DEEP_GEMM_WARMUP == "skip":
+        return
+    block_m = get_mk_alignment_for_contiguous_layout()[0]
+    seen: set[tuple[int, ...]] = set()
+    for module in model.modules():
+        data = dgw._deep_gemm_linear_data(module)
+        if data is None:
+            continue
+        w, ws = data
+        if tuple(w.size()) in seen:
+            continue
+        seen.add(tuple(w.size()))
+        m_values = dgw._get_fp8_gemm_nt_m_values(w, max_tokens)
+        n, k = w.size()
+        for start in range(0, len(m_values), GEMM_M_PER_JOB):
+            case = GemmCase(
+                n=n,
+                k=k,
+                weight_stride=tuple(w.stride()),
+                weight_dtype=str(w.dtype).removeprefix("torch."),
+                scale_shape=tuple(ws.size()),
+                scale_stride=tuple(ws.stride()),
+                scale_dtype=str(ws.dtype).removeprefix("torch."),
+                block_m=block_m,
+                m_values=tuple(m_values[start : start + GEMM_M_PER_JOB]),
+                device_index=w.device.index or 0,
+            )
+            label = f"fp8_gemm_nt n={n} k={k} m={case.m_values[0]}..{case.m_values[-1]}"
+            out.jobs.append(CompileJob("fp8_gemm_nt", f"{n}x{k}", pickle.dumps(case), label))
+
+
+def run_job(job: CompileJob) -> None:
+    """Compile one job in this process (a worker's side)."""
+    if job.kind == "jit_key":
+        import importlib
+
+        module_name, _, qualname = job.owner.partition(":")
+        cls: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+        cls().compile(pickle.loads(job.payload))
+    elif job.kind == "fp8_gemm_nt":
+        _run_gemm(pickle.loads(job.payload))
+    else:
+        raise ValueError(f"unknown compile job kind {job.kind!r}")
+
+
+def _run_gemm(case: GemmCase) -> None:
+    import torch
+    from vllm.utils.deep_gemm import fp8_gemm_nt
+
+    torch.cuda.set_device(case.device_index)
+    device = torch.device("cuda", case.device_index)
+    max_m = max(case.m_values)
+    weight = torch.zeros((case.n, case.k), dtype=torch.float32, device=device).to(
+        getattr(torch, case.weight_dtype)
+    )
+    weight = weight.as_strided((case.n, case.k), case.weight_stride)
+    scale = torch.empty_strided(
+        case.scale_shape, case.scale_stride, dtype=getattr(torch, case.scale_dtype), device=device
+    )
+    scale.zero_()
+    # As DeepGEMM's warm-up: activations of the largest M, scales zero (UE8M0 packing
+    # asserts zero sign and mantissa bits), views of the first M rows.
+    act = torch.zeros((max_m, case.k), device=device, dtype=torch.float8_e4m3fn)
+    act_scale = torch.zeros((max_m, case.k // case.block_m), device=device, dtype=torch.float32)
+    out = torch.empty((max_m, case.n), device=device, dtype=torch.bfloat16)
+    for m in case.m_values:
+        fp8_gemm_nt((act[:m], act_scale[:m]), (weight, scale), out[:m])
+    torch.cuda.synchronize(device)
