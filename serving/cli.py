@@ -156,6 +156,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return 2
 
 
+def _cmd_warm(args: argparse.Namespace) -> int:
+    from serving.warm.command import run
+
+    return run(args)
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from serving.doctor.command import run
 
@@ -203,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsv4-serve",
         description=__doc__,
-        epilog="Operator commands: up, check, render-serve-config, doctor, bench. Developer "
+        epilog="Operator commands: up, check, render-serve-config, doctor, bench, warm. Developer "
         "commands: golden-model, bench-model, serve-vllm, overrides, generate. Exit codes: 0 "
         "done; 1 the command ran and found a failure (a bench target failed, generate --check "
         "found stale files, a start failed); 2 bad input (a preset, an override, an argument), "
@@ -247,6 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_bench_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
+
+    from serving.warm.command import add_arguments as add_warm_arguments
+
+    warm = sub.add_parser(
+        "warm",
+        help="compile a preset's JIT kernels into the cache ahead of its engines; carry a cache",
+    )
+    add_warm_arguments(warm)
+    warm.set_defaults(func=_cmd_warm)
 
     from serving.doctor.command import add_arguments as add_doctor_arguments
 

@@ -58,12 +58,17 @@ READERS: dict[str, str | None] = {
 }
 
 
+# The root itself, where `dsv4-serve warm` writes the cache's manifest and an engine start
+# reads it (model_overrides/jit_pool/manifest.py ROOT_ENV).
+ROOT_ENV = "DSV4_JIT_CACHE"
+
+
 def cache_env(root: str = DEFAULT_ROOT) -> dict[str, str]:
     """The environment that sends every JIT cache under ``root`` (an absolute path)."""
     base = PurePosixPath(root)
     if not base.is_absolute():
         raise ValueError(f"JIT cache root must be an absolute path, got {root!r}")
-    return {name: str(base / sub) for name, sub in CACHE_DIRS.items()}
+    return {ROOT_ENV: str(base)} | {name: str(base / sub) for name, sub in CACHE_DIRS.items()}
 
 
 def main(argv: list[str]) -> int:

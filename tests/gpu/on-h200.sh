@@ -32,11 +32,16 @@
 #                                # bench model served disaggregated (prefill and decode
 #                                # sharing the GPU) against one engine, turn by turn
 #   tests/gpu/on-h200.sh pd-bench-wait  # what it has written so far
+#   tests/gpu/on-h200.sh cold-start  # tests/gpu/cold_start.sh in the background: `dsv4-serve
+#                                # warm` on a fresh machine, bench engines from its cache,
+#                                # the cache exported, imported and started from again
+#   tests/gpu/on-h200.sh cold-start-wait  # what it has written so far; the archive comes
+#                                # back in parts (.jit-seed/ on the next machine)
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
 # specific to the lent machine but the kit's environment file.
 set -u -o pipefail
-step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait|pd-fp8-forward|pd-fp8-forward-wait|pd-bench|pd-bench-wait}
+step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait|pd-fp8-forward|pd-fp8-forward-wait|pd-bench|pd-bench-wait|cold-start|cold-start-wait}
 OUT=${OUT:?set OUT}
 if [ -f /tmp/site/gpu-kit.env ]; then . /tmp/site/gpu-kit.env; fi
 export PYTHONUNBUFFERED=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
@@ -91,7 +96,13 @@ copy_src() {
 # back in parts; carry them as .jit-seed/): a restart with kept caches, as the chart's cache
 # volume gives a pod.
 seed_jit() {
-    if ls .jit-seed/jit.tgz.part* >/dev/null 2>&1; then
+    # An archive of `dsv4-serve warm --export` (in parts): imported as a new node would.
+    if ls .jit-seed/dsv4-jit-*.part* >/dev/null 2>&1; then
+        local name
+        name=$(ls .jit-seed/dsv4-jit-*.part* | head -1 | sed 's/\.part.*//')
+        cat .jit-seed/dsv4-jit-*.part* > "$work/$(basename "$name")"
+        python3 -m serving.cli warm --import "$work/$(basename "$name")" --cache "$work/jit"
+    elif ls .jit-seed/jit.tgz.part* >/dev/null 2>&1; then
         mkdir -p "$work/jit"
         cat .jit-seed/jit.tgz.part* | tar xzf - -C "$work/jit" && echo "jit seed: $(du -sh "$work/jit")"
     fi
@@ -319,6 +330,28 @@ pd-bench-wait)
     wait_job pd-bench
     tar czf "$OUT/pd-bench.tgz" --exclude='logs' -C "$work" pd-bench
     tar czf "$OUT/pd-bench-logs.tgz" -C "$work" pd-bench/logs 2>/dev/null
+    ;;
+cold-start)
+    rm -rf "$work/cold-start" "$work/jit" "$work/jit-imported" "$work/src"
+    mkdir -p "$work/cold-start"
+    copy_src
+    start_job cold-start cold_start.sh
+    ;;
+cold-start-wait)
+    wait_job cold-start
+    tar czf "$OUT/cold-start.tgz" --exclude='logs' --exclude='*.tar.gz' -C "$work" cold-start
+    tar czf "$OUT/cold-start-logs.tgz" -C "$work" cold-start/warm-logs \
+        $(cd "$work" && ls -d cold-start/*/logs 2>/dev/null) 2>/dev/null
+    # The archive back in parts of 15 MiB (at most 8 files come back), to seed the next machine.
+    for archive in "$work"/cold-start/dsv4-jit-*.tar.gz; do
+        [ -f "$archive" ] || continue
+        if [ "$(stat -c %s "$archive")" -lt $(( 40 << 20 )) ]; then
+            split -b 15M -d "$archive" "$OUT/$(basename "$archive").part"
+        else
+            echo "archive $(du -h "$archive" | cut -f1): too large to bring back"
+        fi
+    done
+    [ -f "$work/cold-start/failed" ] && exit "$(cat "$work/cold-start/failed")"
     ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Cold start on one GPU (tests/gpu/on-h200.sh cold-start starts it in the background): a
+# fresh machine's JIT cache filled by `dsv4-serve warm` (the V4-Flash bench preset's warm
+# model, every core), then the 12-layer bench engines started from that cache (k = 2, then
+# k = 0, one at a time: two do not fit an 80 GB card) with two rounds at c = 8 and 64, then
+# the cache exported, imported into an empty directory and an engine started from it.
+#   tests/gpu/cold_start.sh OUT_DIR CACHE_DIR
+# Environment: JOBS (compile processes, default every core), LAYERS (bench depth, 12),
+# KV_GIB (each bench engine's KV cache, 12), KINDS (the bench targets, vllm-k2 vllm-k0).
+set -u -o pipefail
+out=${1:?usage: cold_start.sh OUT_DIR CACHE_DIR}
+cache=${2:?usage: cold_start.sh OUT_DIR CACHE_DIR}
+mkdir -p "$out" "$cache"
+began=$(date +%s)
+stamp() { echo "== $* ($(( $(date +%s) - began )) s in)"; }
+kernels() {  # CACHE NAME: the cache's kernel files per tool, as the manifest counts them
+    python3 -c 'import json, sys
+from model_overrides.jit_pool.manifest import count_kernels
+print(json.dumps(count_kernels(sys.argv[1])[0]))' "$1" > "$out/kernels-$2.json"
+    cat "$out/kernels-$2.json"
+}
+failed=0
+bench() {  # NAME CACHE KIND ROUNDS CONCURRENCY...
+    local name=$1 dir=$2 kind=$3 rounds=$4
+    shift 4
+    stamp "bench $name ($kind, cache $dir)"
+    (eval "$(python3 -m serving.config.jit_cache exports "$dir")"
+     timeout 900 python3 -m serving.cli bench --preset h200-flash-bench \
+        --set "model.bench.layers=${LAYERS:-12}" \
+        --set "model.source=.cache/models/flash-bench-${LAYERS:-12}" \
+        --local "$kind" --kv-cache-gib "${KV_GIB:-12}" --concurrency "$@" --requests 8 \
+        --requests-per-stream 2 --rounds "$rounds" --max-tokens 128 --prompt-words 512 \
+        --budget-s 600 --logs "$out/$name/logs" --out "$out/$name") || failed=1
+    stamp "bench $name exit"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+kernels "$cache" before
+stamp "warm"
+python3 -m serving.cli warm h200-flash-bench --cache "$cache" --jobs "${JOBS:-$(nproc)}" \
+    --export "$out" --logs "$out/warm-logs" 2>&1 | tee "$out/warm.log"
+[ "${PIPESTATUS[0]}" = 0 ] || failed=1
+stamp "warm exit"
+kernels "$cache" after-warm
+for kind in ${KINDS:-vllm-k2 vllm-k0}; do
+    bench "served-${kind#vllm-}" "$cache" "$kind" 2 8 64
+done
+kernels "$cache" after-bench
+# The archive into an empty cache, as a new node of the same kind takes it.
+archive=$(ls "$out"/dsv4-jit-*.tar.gz 2>/dev/null | head -1)
+if [ -n "$archive" ]; then
+    stamp "import $archive"
+    python3 -m serving.cli warm --import "$archive" --cache "$out/../jit-imported" | tee "$out/import.log" || failed=1
+    bench imported-k2 "$out/../jit-imported" vllm-k2 1 8
+    kernels "$out/../jit-imported" after-imported
+else
+    echo "no archive to import"; failed=1
+fi
+echo "$failed" > "$out/failed"
+stamp "done (failed=$failed)"
+touch "$out/done"
+exit "$failed"
