@@ -103,7 +103,7 @@ def _wrap(original: Any, workers: int) -> Any:
 def probe() -> Probe:
     platforms = import_optional("vllm.platforms")
     if not (platforms and platforms.current_platform.is_cuda()):
-        return Probe(Need.NOT_APPLICABLE, "CUDA only (TileLang and DeepGEMM compile there)")
+        return Probe(Need.NOT_NEEDED, "not CUDA: no TileLang or DeepGEMM kernels to compile")
     try:
         workers = default_jobs()
     except ValueError as exc:

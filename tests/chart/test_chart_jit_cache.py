@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.config.jit_cache import CACHE_DIRS
+from serving.config.jit_cache import CACHE_DIRS, ROOT_ENV
 from tests.support.chart_exec import run_container
 from tests.support.chart_render import by_kind, pod_templates, render, worker_group
 
@@ -43,6 +43,7 @@ def test_default_is_a_kept_claim_every_pod_mounts(tmp_path: Path):
         env = _env(container)
         for name, sub in CACHE_DIRS.items():
             assert env[name] == f"/var/cache/dsv4/{sub}", (role, name)
+        assert env[ROOT_ENV] == "/var/cache/dsv4", role  # where the manifest is read
 
 
 def test_existing_claim_and_emptydir_create_no_claim(tmp_path: Path):

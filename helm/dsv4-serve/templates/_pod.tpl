@@ -68,7 +68,9 @@ env:
   {{- end }}
   - {name: DSV4_GATEWAY_METRICS_PORT, value: {{ $root.Values.monitoring.gatewayMetricsPort | quote }}}
   - {name: HF_HUB_OFFLINE, value: "1"}
-  # Every JIT and compile cache on the jitCache volume (serving/config/jit_cache.py).
+  # Every JIT and compile cache on the jitCache volume (serving/config/jit_cache.py), and
+  # the root, where an engine start reads the warmed cache's manifest.
+  - {name: DSV4_JIT_CACHE, value: {{ trimSuffix "/" $root.Values.jitCache.mountPath | quote }}}
   {{- range $name, $dir := $root.Files.Get "files/jit-cache-dirs.yaml" | fromYaml }}
   - {name: {{ $name }}, value: {{ printf "%s/%s" (trimSuffix "/" $root.Values.jitCache.mountPath) $dir | quote }}}
   {{- end }}
