@@ -37,6 +37,8 @@ class Target:
     # exports engine counters every few seconds; vLLM's own server at once.
     settle_period_s: float = 2.0
     settle_timeout_s: float = 3 * RAY_EXPORT_PERIOD_S
+    # A local target's log: the bench counts the kernels compiled during each cell there.
+    log_path: str | None = None
 
 
 def checked_output(output: RequestFuncOutput, max_tokens: int) -> RequestFuncOutput:

@@ -46,6 +46,7 @@ class LocalServer:
             s.metrics_url,
             settle_period_s=s.settle_period_s,
             settle_timeout_s=s.settle_timeout_s,
+            log_path=str(self.log),
         )
 
 

@@ -10,6 +10,7 @@ the outer loop, so a run cut short still holds every level (with fewer rounds)."
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import httpx
 from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
 
 from serving.bench.load import Target, run_level, settled_scrape
+from serving.bench.stages import jit_monitor_kernels
 from serving.bench.stats import acceptance, spec_decode_delta, summarize
 from serving.monitoring.metrics_page import Samples, scrape
 
@@ -61,6 +63,7 @@ class _Cell:
     spec: list[dict] = field(default_factory=list)
     wrong_text: int = 0
     round_tokens_per_s: list[float] = field(default_factory=list)  # how far rounds agree
+    round_jit_compiles: list[int | None] = field(default_factory=list)  # None: no log read
 
 
 def _progress(message: str) -> None:
@@ -80,6 +83,29 @@ def _merge_spec(deltas: list[dict]) -> dict | None:
         sum(d["accepted_tokens"] for d in deltas),
         dict(sorted(accepted_at.items(), key=lambda item: int(item[0]))),
     )
+
+
+def _log_size(target: Target) -> int | None:
+    if not target.log_path:
+        return None
+    try:
+        return os.path.getsize(target.log_path)
+    except OSError:
+        return None
+
+
+def _compiled_since(target: Target, offset: int | None) -> list[str] | None:
+    """Kernels vLLM's JIT monitor logged since ``offset`` in the target's log (a cell's
+    compiles: each stalls the batch it happens in); None where no log is read."""
+    if offset is None or not target.log_path:
+        return None
+    try:
+        with open(target.log_path, "rb") as handle:
+            handle.seek(offset)
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    return jit_monitor_kernels(text)
 
 
 class BenchRun:
@@ -134,6 +160,7 @@ class BenchRun:
         count = plan.requests_at(concurrency)
         prompts = [plan.prompts[(round_ * count + i) % len(plan.prompts)] for i in range(count)]
         before = self._scrape(target)
+        log_offset = _log_size(target)
         outputs, wall = asyncio.run(
             run_level(target, prompts, concurrency, plan.max_tokens, plan.chat)
         )
@@ -151,9 +178,12 @@ class BenchRun:
         failed = sum(not o.success for o in outputs)
         rate = tokens / wall if wall > 0 else 0.0
         cell.round_tokens_per_s.append(round(rate, 1))
+        compiled = _compiled_since(target, log_offset)
+        cell.round_jit_compiles.append(None if compiled is None else len(compiled))
         self.progress(
             f"c={concurrency} round {round_ + 1}/{plan.rounds} {target.name}: "
-            f"{rate:.1f} tok/s, {failed} failed "
+            f"{rate:.1f} tok/s, {failed} failed"
+            f"{f', {len(compiled)} kernels compiled during it' if compiled else ''} "
             f"({time.monotonic() - started:.0f} s, cell {self.done}/{self.total_cells})"
         )
         if before is None:
@@ -187,6 +217,7 @@ class BenchRun:
                 concurrency=concurrency,
                 rounds=cell.rounds,
                 round_tokens_per_s=cell.round_tokens_per_s,
+                round_jit_compiles=cell.round_jit_compiles,
                 spec_decode=_merge_spec(cell.spec),
             )
             if self.plan.expected:

@@ -45,6 +45,18 @@ _LINES = {
 }
 
 
+# vLLM's JIT monitor (vllm/utils/jit_monitor.py, vLLM >= 0.34): after warm-up, a kernel
+# compiled during inference logs "<backend> <event> during inference: <kernel>" (once per
+# kernel unless --jit-monitor-verbose). It watches Triton, TileLang, CuTe DSL and FlyDSL,
+# not DeepGEMM.
+_JIT_MONITOR = re.compile(r" during inference: ([^\s(]+)")
+
+
+def jit_monitor_kernels(log: str) -> list[str]:
+    """The kernels vLLM's JIT monitor saw compiled during inference, in log order."""
+    return [match.group(1).rstrip(".") for match in _JIT_MONITOR.finditer(log)]
+
+
 def start_stages(log: str) -> dict[str, float]:
     """Seconds by stage (the last line of each kind wins), in display order."""
     found: dict[str, float] = {}

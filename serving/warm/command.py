@@ -26,8 +26,6 @@ from serving.warm.archive import ArchiveError, export, import_archive
 from serving.warm.plan import WARM_LAYERS, WarmPlanError, cache_shapes, model_shape, warm_sets
 
 PRECOMPILE_LINE = re.compile(r"\[dsv4-jit\] (pre-compile.*)$")
-# vLLM's JIT monitor (vllm/utils/jit_monitor.py): one line per kernel compiled after warm-up.
-MONITOR_LINE = re.compile(r"(\S+) (\S+(?: \S+)?) during inference: ([^.(]+)")
 WARM_TIMEOUT_S = 3600
 
 
@@ -103,7 +101,7 @@ def _import(args: argparse.Namespace, root: Path) -> int:
 
 def _warm(args: argparse.Namespace, root: Path) -> int:
     from serving.bench.local import log_tail, start_all, stop_all
-    from serving.bench.stages import start_stages
+    from serving.bench.stages import jit_monitor_kernels, start_stages
     from serving.bench.targets import local_setup, local_specs
     from serving.bench_model.writer import ensure_bench_model
     from serving.config.build_args import BuildArgs, resolve
@@ -165,7 +163,7 @@ def _warm(args: argparse.Namespace, root: Path) -> int:
             ok, failed = run_sweep(spec.base_url, spec.model, plan, seed=sweep)
             after, _ = cache_manifest.count_kernels(root)
             new = {t: after[t] - started[t] for t in after if after[t] != started[t]}
-            monitor = MONITOR_LINE.findall(log_path.read_text(errors="replace")[offset:])
+            monitor = jit_monitor_kernels(log_path.read_text(errors="replace")[offset:])
             _say(
                 began,
                 f"sweep {sweep}: {ok} requests answered, {failed} failed (prompt words "

@@ -242,3 +242,20 @@ def test_past_its_deadline_the_runner_skips_cells_and_says_so():
     result = run.run()
     assert result["levels"] == [] and result["plan"]["cells"]["skipped"] == 12
     assert len(rounds_seen) == 3  # a snapshot after each round, even an empty one
+
+
+def test_kernels_compiled_during_traffic_are_read_from_vllms_jit_monitor():
+    from serving.bench.stages import jit_monitor_kernels
+
+    # As vLLM 0.34's jit_monitor.py logs them (seen in an H100 engine's log).
+    log = (
+        "(EngineCore pid=2143) INFO 12-06 10:25:36 [jit_monitor.py:87] Kernel JIT monitor "
+        "activated; monitored JIT compilations during inference will use mode=warn.\n"
+        "(EngineCore pid=2143) WARNING 12-06 10:25:55 [jit_monitor.py:143] Triton kernel JIT "
+        "compilation during inference: CombineTopkSwaIndicesKernel.kernel. This causes a "
+        "latency spike; consider extending warmup to cover this shape/config.\n"
+        "WARNING [jit_monitor.py:143] TileLang JIT compilation during inference: "
+        "mhc_pre_big_fuse (n=8). This causes a latency spike\n"
+    )
+    assert jit_monitor_kernels(log) == ["CombineTopkSwaIndicesKernel.kernel", "mhc_pre_big_fuse"]
+    assert jit_monitor_kernels("Model loading took 1 GiB memory and 2 seconds") == []
