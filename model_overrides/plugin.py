@@ -21,6 +21,9 @@ def register() -> None:
     from model_overrides.registry import REGISTRY
 
     REGISTRY.apply_all()
+    # Raised out of vLLM's general-plugin loader (vllm/plugins/__init__.py calls register()
+    # outside its try), so the process does not start.
+    REGISTRY.check_required()
 
     from model_overrides.contracts.load_audit import install_if_requested
 

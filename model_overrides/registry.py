@@ -11,6 +11,14 @@ logger = logging.getLogger("vllm.dsv4_overrides")
 
 DISABLE_ALL_ENV = "DSV4_OVERRIDES"  # "0"/"off"/"false" turns every patch off
 DISABLE_SOME_ENV = "DSV4_OVERRIDES_DISABLE"  # comma-separated patch names
+# Comma-separated patch names a process must not start without (a bench model's engine
+# needs the dummy-weights patch: without it, it would measure garbage weights).
+REQUIRE_ENV = "DSV4_REQUIRE_PATCHES"
+DUMMY_WEIGHTS_PATCH = "dsv4-dummy-weights"  # named here so the serving side need not import it
+
+
+class RequiredPatchError(RuntimeError):
+    """A patch the process was told it needs did not apply; the message names it."""
 
 
 class Need(enum.Enum):
@@ -114,6 +122,22 @@ class Registry:
         if problem:
             return status(Outcome.FAILED, f"verify: {problem}")
         return status(Outcome.APPLIED, probe.detail)
+
+    def check_required(self, raw: str | None = None) -> None:
+        """Raise unless every patch named in ``raw`` (default ``DSV4_REQUIRE_PATCHES``) applied."""
+        raw = os.environ.get(REQUIRE_ENV, "") if raw is None else raw
+        problems = []
+        for name in sorted({n.strip() for n in raw.split(",") if n.strip()}):
+            if name not in self.names():
+                problems.append(f"{name}: no such patch (known: {', '.join(self.names())})")
+            elif (st := self.results.get(name)) is None or st.outcome is not Outcome.APPLIED:
+                found = f"{st.outcome.value} ({st.detail})" if st else "not run"
+                problems.append(f"{name}: {found}")
+        if problems:
+            raise RequiredPatchError(
+                f"[dsv4-overrides] {REQUIRE_ENV} names patches that did not apply: "
+                f"{'; '.join(problems)}. Refusing to start rather than run without them."
+            )
 
     def apply_all(self) -> list[Status]:
         disabled = self._disabled()

@@ -30,7 +30,7 @@ import logging
 from typing import Any
 
 from model_overrides.patches.module_attr import import_optional
-from model_overrides.registry import REGISTRY, Need, Patch, Probe
+from model_overrides.registry import DUMMY_WEIGHTS_PATCH, REGISTRY, Need, Patch, Probe
 
 logger = logging.getLogger("vllm.dsv4_overrides")
 
@@ -200,7 +200,7 @@ def verify() -> str | None:
 
 REGISTRY.add(
     Patch(
-        name="dsv4-dummy-weights",
+        name=DUMMY_WEIGHTS_PATCH,
         override="deepseek_v4",
         summary="load_format=dummy: FP4/e8m0/FP8 values as released, balanced MoE routing",
         probe=probe,

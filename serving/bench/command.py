@@ -273,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
     meta: dict = {
         "ready_seconds": {},
         "start_stages_seconds": {},
+        "patches": {},
         "start": {
             "mode": args.start,
             "order": list(args.local),
@@ -371,6 +372,7 @@ def _start_local(
         targets.append(server.target)
         meta["ready_seconds"].setdefault(server.spec.kind, server.ready_seconds)
         meta["start_stages_seconds"].setdefault(server.spec.kind, server.stages or {})
+        meta["patches"].setdefault(server.spec.kind, server.patches or {})
 
 
 def _stop(servers: list[local.LocalServer]) -> None:

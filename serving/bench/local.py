@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from serving.bench.load import Target
-from serving.bench.stages import start_stages
+from serving.bench.stages import patch_statuses, start_stages
 from serving.bench.targets import LocalSpec
 
 READY_TIMEOUT_S = 900
@@ -35,6 +35,7 @@ class LocalServer:
     started: float  # time.monotonic() at launch
     ready_seconds: float = 0.0
     stages: dict[str, float] | None = None
+    patches: dict[str, str] | None = None  # each plugin patch's outcome in its log
 
     @property
     def target(self) -> Target:
@@ -110,6 +111,7 @@ def _wait(server: LocalServer, progress: Progress, timeout_s: float) -> dict | N
         time.sleep(1)
     server.ready_seconds = time.monotonic() - server.started
     server.stages = _stages_when_printed(server)
+    server.patches = patch_statuses(server.log.read_text(errors="replace"))
     progress(f"{kind} ready in {server.ready_seconds:.1f} s {server.stages or ''}")
     return None
 

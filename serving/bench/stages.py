@@ -57,6 +57,22 @@ def jit_monitor_kernels(log: str) -> list[str]:
     return [match.group(1).rstrip(".") for match in _JIT_MONITOR.finditer(log)]
 
 
+# The plugin's line per patch (model_overrides/registry.py apply_all), in every vLLM process.
+_PATCH_LINE = re.compile(r"^(.*?)\[dsv4-overrides\] ([\w.-]+): ([a-z ]+) \((.*)\)\s*$")
+
+
+def patch_statuses(log: str) -> dict[str, str]:
+    """Each patch's outcome as the process that runs the model logged it (vLLM's engine
+    core, whose lines carry ``EngineCore``), else as any process did: ``name -> outcome``."""
+    found: dict[str, str] = {}
+    engine: dict[str, str] = {}
+    for line in log.splitlines():
+        if match := _PATCH_LINE.search(line):
+            prefix, name, outcome = match.group(1), match.group(2), match.group(3)
+            (engine if "EngineCore" in prefix or "Worker" in prefix else found)[name] = outcome
+    return found | engine
+
+
 def start_stages(log: str) -> dict[str, float]:
     """Seconds by stage (the last line of each kind wins), in display order."""
     found: dict[str, float] = {}

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from model_overrides.engine_status import WORKER_EXTENSION
 from model_overrides.guard.spec_guard_config import GuardSettings
+from model_overrides.registry import DUMMY_WEIGHTS_PATCH, REQUIRE_ENV
 from serving.bench_model.shapes import released_layers
 from serving.disagg.section import Disaggregation
 
@@ -497,6 +498,12 @@ class Preset(_Strict):
         """The engine's environment: the preset's, the guard's settings (adaptive), and a
         shared GPU's share for vLLM's Ray workers."""
         env = {**self.env, **self.speculation.guard.engine_env()}
+        if self.model.bench:
+            # No silent fallback: without the patch a bench model runs on garbage FP4
+            # weights and bias-picked routing and measures the wrong thing.
+            required = {n for n in env.get(REQUIRE_ENV, "").split(",") if n}
+            required.add(DUMMY_WEIGHTS_PATCH)
+            env[REQUIRE_ENV] = ",".join(sorted(required))
         if self.accelerator.gpu_share < 1:
             # vLLM's Ray executor asks VLLM_RAY_PER_WORKER_GPUS (default 1) of the bundle
             # for its worker (vllm/v1/executor/ray_executor_v2.py); Ray Serve LLM 2.60 does

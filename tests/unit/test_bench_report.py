@@ -259,3 +259,22 @@ def test_kernels_compiled_during_traffic_are_read_from_vllms_jit_monitor():
     )
     assert jit_monitor_kernels(log) == ["CombineTopkSwaIndicesKernel.kernel", "mhc_pre_big_fuse"]
     assert jit_monitor_kernels("Model loading took 1 GiB memory and 2 seconds") == []
+
+
+def test_each_patchs_outcome_is_read_from_the_process_that_runs_the_model():
+    from serving.bench.stages import patch_statuses
+
+    log = (
+        "INFO 12-06 10:18:50 [registry.py:130] [dsv4-overrides] dsv4-dummy-weights: applied "
+        "(dummy loader found)\n"
+        "(EngineCore pid=2143) INFO 12-06 10:20:45 [registry.py:130] [dsv4-overrides] "
+        "dsv4-moe-clamp-filter: applied (TrtLlmBf16ExpertsModular, BatchedDeepGemmExperts)\n"
+        "(EngineCore pid=2143) WARNING 12-06 10:20:45 [registry.py:130] [dsv4-overrides] "
+        "dsv4-dummy-weights: failed (verify: the loader is not wrapped)\n"
+        "(APIServer pid=1) INFO [registry.py:130] [dsv4-overrides] spec-guard: not needed (off)\n"
+    )
+    assert patch_statuses(log) == {
+        "dsv4-dummy-weights": "failed",
+        "dsv4-moe-clamp-filter": "applied",
+        "spec-guard": "not needed",
+    }

@@ -104,3 +104,41 @@ def test_registry_outcomes_never_fail_silently():
     assert calls == [1]
     with pytest.raises(ValueError, match="duplicate"):
         reg.add(Patch("fine", "deepseek_v4", "x", boom, None, None))
+
+
+def test_a_required_patch_that_did_not_apply_stops_vllms_plugin_loader():
+    """vLLM's own loader (vllm/plugins/__init__.py load_general_plugins) calls our
+    register(); a required patch switched off must stop the process, not be logged."""
+    code = "from vllm.plugins import load_general_plugins; load_general_plugins(); print('started')"
+    import os
+
+    env = {**os.environ, "DSV4_REQUIRE_PATCHES": "dsv4-dummy-weights"}
+    refused = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env | {"DSV4_OVERRIDES_DISABLE": "dsv4-dummy-weights"},
+    )
+    assert refused.returncode != 0 and "started" not in refused.stdout
+    assert "RequiredPatchError" in refused.stderr
+    assert "dsv4-dummy-weights: disabled (listed in DSV4_OVERRIDES_DISABLE)" in refused.stderr
+    started = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert started.returncode == 0 and "started" in started.stdout, started.stderr[-2000:]
+
+
+def test_required_names_are_checked_against_the_registry():
+    from model_overrides.registry import RequiredPatchError
+
+    reg = Registry()
+    reg.add(
+        Patch(
+            "p", "deepseek_v4", "", lambda: Probe(Need.NOT_NEEDED, "no"), lambda: None, lambda: None
+        )
+    )
+    reg.apply_all()
+    reg.check_required("")  # nothing required
+    with pytest.raises(RequiredPatchError, match=r"p: not needed \(no\); q: no such patch"):
+        reg.check_required("p, q")
