@@ -1,6 +1,7 @@
 """vLLM general-plugin entry point: runs in every vLLM process."""
 
 import contextlib
+import os
 
 _applied = False
 
@@ -22,8 +23,20 @@ def register() -> None:
 
     REGISTRY.apply_all()
     # Raised out of vLLM's general-plugin loader (vllm/plugins/__init__.py calls register()
-    # outside its try), so the process does not start.
-    REGISTRY.check_required()
+    # outside its try), so the process does not start. A configured speculation guard is
+    # required too: one that cannot install would leave static k running and its alert
+    # silent.
+    from model_overrides.guard.spec_guard_config import from_environment
+    from model_overrides.registry import GUARD_PATCH, REQUIRE_ENV
+
+    required = os.environ.get(REQUIRE_ENV, "")
+    try:
+        guarded = from_environment().mode in ("adaptive", "script")
+    except ValueError:  # unreadable settings: the guard patch's own status says why
+        guarded = True
+    if guarded:
+        required += f",{GUARD_PATCH}"
+    REGISTRY.check_required(required)
 
     from model_overrides.contracts.load_audit import install_if_requested
 

@@ -15,6 +15,7 @@ DISABLE_SOME_ENV = "DSV4_OVERRIDES_DISABLE"  # comma-separated patch names
 # needs the dummy-weights patch: without it, it would measure garbage weights).
 REQUIRE_ENV = "DSV4_REQUIRE_PATCHES"
 DUMMY_WEIGHTS_PATCH = "dsv4-dummy-weights"  # named here so the serving side need not import it
+GUARD_PATCH = "adaptive-speculation-guard"  # required wherever the guard is configured
 
 
 class RequiredPatchError(RuntimeError):

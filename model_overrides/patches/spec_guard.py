@@ -56,7 +56,7 @@ from model_overrides.patches.module_attr import (
     import_optional,
     source_without_import,
 )
-from model_overrides.registry import REGISTRY, Need, Patch, Probe
+from model_overrides.registry import GUARD_PATCH, REGISTRY, Need, Patch, Probe
 
 logger = logging.getLogger("vllm.dsv4_overrides")
 _SCHEDULER = "vllm.v1.core.sched.scheduler"
@@ -348,7 +348,7 @@ def verify() -> str | None:
 
 REGISTRY.add(
     Patch(
-        name="adaptive-speculation-guard",
+        name=GUARD_PATCH,
         override="deepseek_v4_mtp",
         summary="pick the draft count each step from live acceptance and measured step cost",
         probe=probe,

@@ -419,6 +419,14 @@ class Preset(_Strict):
                     "(per_replica/nodes a multiple of tensor)"
                 )
         guard = self.speculation.guard
+        if guard.mode != "off" and par.data > 1:
+            # The guard would not install there (model_overrides/patches/spec_guard.py
+            # install: ranks would pick different k) and its alert could never fire.
+            raise ValueError(
+                f"speculation.guard mode {guard.mode!r} with parallelism.data={par.data}: "
+                "the guard cannot run with data parallelism (each rank would pick its own k); "
+                "set speculation.guard.mode off"
+            )
         graphs = guard.mode in ("adaptive", "script") and acc.kind != "cpu"
         if graphs and not self.engine_args.get("max_num_seqs"):
             raise ValueError(

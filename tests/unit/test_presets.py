@@ -129,6 +129,15 @@ def test_gpu_count_must_match_parallelism():
         load_preset("h200-flash-mtp", [parse_set("deployment.autoscaling.min_replicas=9")])
 
 
+def test_a_guard_that_could_never_install_is_refused():
+    # Data-parallel ranks would each pick their own k: the guard does not install there
+    # (model_overrides/patches/spec_guard.py), so its alert could never fire.
+    sets = ["parallelism.tensor=4", "parallelism.data=2", "speculation.guard.mode=adaptive"]
+    with pytest.raises(PresetError, match="guard mode 'adaptive' with parallelism.data=2"):
+        load_preset("b200-pro-mtp", [parse_set(s) for s in sets])
+    assert load_preset("b200-pro-mtp", [parse_set(s) for s in sets[:2]]).parallelism.data == 2
+
+
 def test_overrides_layer_on_top(tmp_path: Path):
     values = tmp_path / "values.yaml"
     values.write_text("deployment: {max_ongoing_requests: 7}\nengine_args: {max_model_len: 1024}\n")

@@ -108,7 +108,8 @@ def test_registry_outcomes_never_fail_silently():
 
 def test_a_required_patch_that_did_not_apply_stops_vllms_plugin_loader():
     """vLLM's own loader (vllm/plugins/__init__.py load_general_plugins) calls our
-    register(); a required patch switched off must stop the process, not be logged."""
+    register(); a required patch switched off must stop the process, not be logged. A
+    configured speculation guard requires its patch."""
     code = "from vllm.plugins import load_general_plugins; load_general_plugins(); print('started')"
     import os
 
@@ -123,8 +124,17 @@ def test_a_required_patch_that_did_not_apply_stops_vllms_plugin_loader():
     assert refused.returncode != 0 and "started" not in refused.stdout
     assert "RequiredPatchError" in refused.stderr
     assert "dsv4-dummy-weights: disabled (listed in DSV4_OVERRIDES_DISABLE)" in refused.stderr
+    guard = {"DSV4_SPEC_GUARD": '{"mode": "adaptive"}'}
+    unguarded = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env | guard | {"DSV4_OVERRIDES_DISABLE": "adaptive-speculation-guard"},
+    )
+    assert unguarded.returncode != 0 and "adaptive-speculation-guard: disabled" in unguarded.stderr
     started = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env | guard
     )
     assert started.returncode == 0 and "started" in started.stdout, started.stderr[-2000:]
 
