@@ -53,8 +53,9 @@ def _cmd_overrides(args: argparse.Namespace) -> int:
 
 def _cmd_serve_vllm(args: argparse.Namespace) -> int:
     """vLLM's own OpenAI server on the golden model (a baseline; `up` serves through Ray)."""
+    from serving.config.vllm_args import to_cli_args
     from serving.golden import write_golden_model
-    from serving.golden.golden_engine import CPU_ENV, golden_engine_kwargs, mtp_config, to_cli_args
+    from serving.golden.golden_engine import CPU_ENV, golden_engine_kwargs, mtp_config
 
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").exists():

@@ -148,7 +148,7 @@ def forward_runs(
 ) -> list[ForwardRun]:
     """The runs for the setup's depth, ``k`` outer and routing inner. Writes nothing."""
     from serving.bench.targets import environment, vllm_kwargs
-    from serving.golden.golden_engine import to_cli_args
+    from serving.config.vllm_args import to_cli_args
 
     bench = setup.preset.model.bench
     assert bench is not None

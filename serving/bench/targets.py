@@ -27,7 +27,7 @@ from model_overrides.kernels.kernel_library import FORCE_ENV, LIBRARIES
 from serving.config.build_args import BuildArgs, resolve
 from serving.config.llm_config import resolve_model_source
 from serving.config.preset import Preset
-from serving.golden.golden_engine import mtp_config, to_cli_args
+from serving.config.vllm_args import to_cli_args
 from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 
 GIB = 1 << 30
@@ -244,16 +244,14 @@ def check_kind(kind: str, setup: LocalSetup) -> None:
         raise ValueError(f"unknown kernel library {isa!r} in {kind!r}: use {', '.join(LIBRARIES)}")
 
 
-def vllm_kwargs(setup: LocalSetup, k: int, batch_table: object = None) -> dict:
-    """The preset's engine arguments with MTP k (what `serve-vllm` passes for cpu-tiny),
-    and vLLM's batch-size table when given."""
+def vllm_kwargs(setup: LocalSetup, k: int, batch_table: list | None = None) -> dict:
+    """The preset's engine arguments with its speculation at k drafts (method, draft
+    sampling and synthetic acceptance kept), and vLLM's batch-size table when given."""
     kwargs = setup.preset.engine_kwargs()
     kwargs.pop("speculative_config", None)
     kwargs.update(model=setup.model_dir, served_model_name=setup.preset.model.id)
-    if spec := mtp_config(k):
-        spec |= setup.preset.speculation.synthetic_for(k)
-        if batch_table:
-            spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in batch_table]
+    spec = setup.preset.speculation.vllm_config(k=k, batch_table=batch_table, guard_tables=False)
+    if spec:
         kwargs["speculative_config"] = spec
     return kwargs
 

@@ -11,23 +11,15 @@ import json
 from typing import Any, Literal, Union, get_args, get_origin
 
 from serving.config.preset import list_presets, load_preset
+from serving.config.vllm_args import to_cli_args
 
 # Environment variables a preset may set that are not vLLM's, each with who reads it.
 OTHER_ENV: dict[str, str] = {}
 
 
 def vllm_argv(kwargs: dict[str, Any]) -> list[str]:
-    """Engine keyword arguments in vLLM's command-line form (as `vllm serve` takes them)."""
-    argv: list[str] = []
-    for key, value in kwargs.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            argv.append(flag if value else "--no-" + key.replace("_", "-"))
-        elif isinstance(value, dict | list):
-            argv += [flag, json.dumps(value)]
-        else:
-            argv += [flag, str(value)]
-    return argv
+    """Engine keyword arguments in vLLM's command-line form (the launchers' own renderer)."""
+    return to_cli_args(kwargs)
 
 
 def literal_values(tp: Any) -> set[str]:

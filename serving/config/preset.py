@@ -172,23 +172,35 @@ class Speculation(_Strict):
         """The synthetic-acceptance fields of vLLM's speculative config at ``k`` drafts."""
         return self.synthetic_acceptance.for_k(k) if self.synthetic_acceptance and k else {}
 
-    def vllm_config(self, max_num_seqs: int | None = None) -> dict[str, Any] | None:
-        """vLLM's ``speculative_config``; ``max_num_seqs`` places the adaptive guard's
-        graph table (GuardSettings.graph_table)."""
-        if self.method == "none":
+    def vllm_config(
+        self,
+        max_num_seqs: int | None = None,
+        k: int | None = None,
+        batch_table: list | None = None,
+        guard_tables: bool = True,
+    ) -> dict[str, Any] | None:
+        """vLLM's ``speculative_config``: the one place a preset's speculation becomes it
+        (the Serve app, the local launchers, every bench arm and the golden engine).
+        ``k`` replaces the preset's draft count (a bench arm at another k); ``batch_table``
+        gives vLLM's per-batch-size table; ``guard_tables`` off leaves the guard's out (a
+        static-k arm); ``max_num_seqs`` places the adaptive guard's graph table
+        (GuardSettings.graph_table)."""
+        k = self.num_speculative_tokens if k is None else k
+        if self.method == "none" or not k:
             return None
-        out: dict[str, Any] = {
-            "method": self.method,
-            "num_speculative_tokens": self.num_speculative_tokens,
-        }
+        out: dict[str, Any] = {"method": self.method, "num_speculative_tokens": k}
         if self.draft_sample_method:
             out["draft_sample_method"] = self.draft_sample_method
-        out |= self.synthetic_for(self.num_speculative_tokens)
-        if self.guard.mode == "batch":
+        out |= self.synthetic_for(k)
+        if batch_table is not None:
+            out["num_speculative_tokens_per_batch_size"] = [list(entry) for entry in batch_table]
+        elif not guard_tables:
+            pass
+        elif self.guard.mode == "batch":
             out["num_speculative_tokens_per_batch_size"] = [
                 list(entry) for entry in self.guard.batch_table or []
             ]
-        elif table := self.guard.graph_table(self.num_speculative_tokens, max_num_seqs):
+        elif table := self.guard.graph_table(k, max_num_seqs):
             out["num_speculative_tokens_per_batch_size"] = table
         return out
 

@@ -6,7 +6,6 @@ cpu-tiny by default; ``DSV4_GOLDEN_PRESET=gpu-golden`` gives the same model's ar
 on one NVIDIA GPU (what the GPU tests' engine processes take).
 """
 
-import json
 import os
 from functools import cache
 from pathlib import Path
@@ -43,21 +42,6 @@ def golden_engine_kwargs(model_dir: str | Path, **overrides: Any) -> dict[str, A
 
 
 def mtp_config(k: int) -> dict[str, Any] | None:
-    """vLLM's speculative config for DSV4's MTP head with k draft tokens (None for k = 0)."""
-    return {"method": "mtp", "num_speculative_tokens": k} if k > 0 else None
-
-
-def to_cli_args(kwargs: dict[str, Any]) -> list[str]:
-    """The same arguments in vLLM's command-line form (for the OpenAI server)."""
-    args: list[str] = []
-    for key, value in kwargs.items():
-        if value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            args += [flag] if value else []
-        elif isinstance(value, dict):
-            args += [flag, json.dumps(value)]
-        else:
-            args += [flag, str(value)]
-    return args
+    """vLLM's speculative config for the golden model's MTP head with k draft tokens (None
+    for k = 0), from the golden preset's speculation (serving/config/preset.py)."""
+    return golden_preset().speculation.vllm_config(k=k, guard_tables=False)

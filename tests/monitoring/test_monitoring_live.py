@@ -17,12 +17,12 @@ import pytest
 import yaml
 
 from serving.chart import generated
+from serving.config.vllm_args import to_cli_args
 from serving.golden import GoldenDesign, write_golden_model
 from serving.golden.golden_engine import (
     DEFAULT_SPEC_K,
     golden_engine_kwargs,
     mtp_config,
-    to_cli_args,
 )
 from serving.local.processes import free_port
 from serving.monitoring.dashboard import DISAGGREGATION_ROW, dashboard, queries

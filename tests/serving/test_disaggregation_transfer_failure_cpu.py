@@ -19,9 +19,9 @@ import pytest
 
 from serving.bench.targets import free_ports
 from serving.config.preset import load_preset, parse_set
+from serving.config.vllm_args import to_cli_args
 from serving.disagg.configs import pd_llm_configs
 from serving.golden import GoldenDesign, write_golden_model
-from serving.golden.golden_engine import to_cli_args
 from tests.support.parallel import BIND
 from tests.support.prom_samples import scrape, total
 from tests.support.server_process import PYTHON, running_server

@@ -6,13 +6,13 @@ from pathlib import Path
 import openai
 import pytest
 
+from serving.config.vllm_args import to_cli_args
 from serving.golden import GoldenDesign
 from serving.golden.golden_engine import (
     DEFAULT_SPEC_K,
     SERVED_MODEL_NAME,
     golden_engine_kwargs,
     mtp_config,
-    to_cli_args,
 )
 from serving.local.processes import free_port
 from tests.support.golden_prompts import engine_env, prompt_of

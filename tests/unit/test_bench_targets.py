@@ -15,7 +15,8 @@ from serving.bench.targets import (
     vllm_kwargs,
 )
 from serving.cli import build_parser
-from serving.golden.golden_engine import CPU_ENV, golden_engine_kwargs, mtp_config, to_cli_args
+from serving.config.vllm_args import to_cli_args
+from serving.golden.golden_engine import CPU_ENV, golden_engine_kwargs, mtp_config
 
 GPU_COMMAND = [
     "bench",

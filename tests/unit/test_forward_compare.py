@@ -199,7 +199,9 @@ def test_commands_write_the_model_and_a_plan(tmp_path, capsys):
     assert "--layers" in capsys.readouterr().err
     assert fc.main([*argv, "--layers", "6", "--routing", "real"]) == 0
     name, shell = capsys.readouterr().out.strip().split("\t")
-    assert name == "forward-L6-k2-real" and shell.startswith(fc.sys.executable)
+    assert name == "forward-L6-k2-real"
+    # The bench model's engine must not start without its dummy weights (the preset's env).
+    assert shell.startswith(f"env DSV4_REQUIRE_PATCHES=dsv4-dummy-weights {fc.sys.executable} ")
     assert json.loads((model / "config.json").read_text())["num_hidden_layers"] == 6
     plan = json.loads((out / "plan.json").read_text())
     assert [r["name"] for r in plan["runs"]] == ["forward-L6-k2-real"]

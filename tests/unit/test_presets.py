@@ -250,6 +250,55 @@ def test_every_engine_argument_parses_with_vllms_own_parser(preset: str, vllm_pa
             assert got == value, (key, got, value)
 
 
+def _local_kind(preset) -> str:
+    """The bench's local target that runs the preset as it is (its own k and guard)."""
+    mode = preset.speculation.guard.mode
+    if mode == "batch":
+        return "vllm-batch"
+    if mode == "adaptive":
+        return "vllm-guard"
+    return f"vllm-k{preset.speculation.num_speculative_tokens}"
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_parser):
+    """The Serve app (Ray Serve LLM's split of the engine kwargs), the preset check, the
+    local launcher and every bench arm at the preset's k, and forward_compare all go
+    through serving/config/vllm_args.py and Speculation.vllm_config: parsed by vLLM's own
+    parser they must agree on every argument but where the model is and the port."""
+    from ray.serve.llm import LLMConfig
+
+    from serving.bench import forward_compare as fc
+    from serving.bench.targets import local_setup, local_specs
+    from serving.config.llm_config import llm_config
+
+    resolved = load_preset(preset)
+    engine = LLMConfig(**llm_config(resolved, "/models/m")).get_engine_config()
+    serve = {**engine.frontend_kwargs, **engine.engine_kwargs}
+    k = resolved.speculation.num_speculative_tokens
+    launcher = local_specs([_local_kind(resolved)], local_setup(preset, [], kv_cache_gib=0))[0]
+    argvs = {
+        "serve app": ["--model", "/models/m", *vllm_argv(serve)],
+        "preset check": ["--model", "/models/m", *vllm_argv(resolved.engine_kwargs())],
+        "launcher": launcher.command[3:],
+    }
+    if resolved.model.bench:  # vLLM's `bench forward` takes the same engine arguments
+        setup = fc.bench_setup(resolved.model.source, resolved.model.bench.layers, preset, (), 0)
+        cmd = fc.forward_runs(setup, "/tmp/fwd", ks=[k], concurrency=[1], routings=["real"])[0].cmd
+        engine = cmd[1 + len(fc.VLLM_BENCH_FORWARD) : cmd.index("--case")]
+        argvs["forward_compare"] = engine
+    ignore = {"model", "served_model_name", "host", "port"}
+    parsed = {name: vars(vllm_parser.parse_args(argv)) for name, argv in argvs.items()}
+    first = parsed.pop("serve app")
+    for name, got in parsed.items():
+        differ = {
+            key: (first.get(key), got.get(key))
+            for key in set(first) | set(got)
+            if key not in ignore and str(first.get(key)) != str(got.get(key))
+        }
+        assert not differ, f"{preset}: {name} differs from the Serve app: {differ}"
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_env_var_is_one_its_reader_knows(preset: str):
     import vllm.envs

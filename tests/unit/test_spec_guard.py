@@ -397,7 +397,7 @@ def test_the_preset_carries_the_guard_to_the_engine():
 def test_vllms_own_parser_takes_the_batch_table():
     from vllm.engine.arg_utils import EngineArgs
 
-    from serving.golden.golden_engine import to_cli_args
+    from serving.config.vllm_args import to_cli_args
 
     kwargs = preset_with(
         "speculation.guard={mode: batch, batch_table: [[1, 4, 2], [5, 16, 0]]}"
@@ -421,7 +421,7 @@ def test_the_adaptive_guard_has_vllm_capture_a_graph_for_every_k():
     from vllm.utils.argparse_utils import FlexibleArgumentParser
     from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
-    from serving.golden.golden_engine import to_cli_args
+    from serving.config.vllm_args import to_cli_args
 
     preset = preset_with("speculation.guard.mode=adaptive")
     kwargs = preset.engine_kwargs()
