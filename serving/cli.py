@@ -136,10 +136,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from serving.chart import generated
 
     if not args.check:
-        for path in generated.write():
+        for path in generated.write(build_parser()):
             print(f"wrote {path}")
         return 0
-    stale = generated.stale()
+    stale = generated.stale(build_parser())
     for path in stale:
         print(f"out of date: {path} (run `dsv4-serve generate`)", file=sys.stderr)
     if not stale:

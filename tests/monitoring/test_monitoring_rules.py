@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from serving.chart import generated
+from serving.cli import build_parser
 from serving.monitoring.rules import rule_groups
 from tests.support.paths import ROOT
 
@@ -23,7 +24,9 @@ GENERATED = {generated.RULES_FILE, generated.RULES_TEST_FILE}
 
 @pytest.fixture(scope="module")
 def rules_file() -> Path:
-    assert not GENERATED & set(generated.stale()), "run `dsv4-serve generate` and commit the result"
+    assert not GENERATED & set(generated.stale(build_parser())), (
+        "run `dsv4-serve generate` and commit the result"
+    )
     return generated.RULES_FILE
 
 
