@@ -86,11 +86,3 @@ def loaded() -> str | None:
         if f"/vllm/{name}.abi3.so" in maps:
             return name
     return None
-
-
-def library_path(name: str) -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec("vllm")
-    assert spec and spec.submodule_search_locations, "vLLM is not installed"
-    return Path(next(iter(spec.submodule_search_locations))) / f"{name}.abi3.so"

@@ -226,7 +226,3 @@ class BenchRun:
         plan = self.plan.summary()
         plan["cells"] = {"total": self.total_cells, "done": self.done, "skipped": self.skipped}
         return {"plan": plan, "targets": [t.name for t in self.targets], "levels": levels}
-
-
-def run_bench(targets: list[Target], plan: BenchPlan, progress=_progress) -> dict:
-    return BenchRun(targets, plan, progress).run()
