@@ -6,7 +6,8 @@ helm/dsv4-serve/files/dsv4-rules.test.yaml beside the rules file, so that
 runs them alone. Two engines of "flash" through Ray (``ray_vllm_*``, ReplicaId r1 and
 r2) and one of "weak" on vLLM's own server (``vllm:*``), a model whose engine stops
 reporting, the gateway's thresholds and requests, and "pd" served disaggregated through
-Ray (a prefill replica p1, decode replicas d1 to d3 over NIXL). Expected values are worked out by
+Ray (a prefill replica p1, decode replicas d1 to d3 over NIXL). A second test holds draft
+positions that collapse (``position_collapse_test``). Expected values are worked out by
 hand from the input series; the expected annotations are the rules' own templates
 rendered as Prometheus renders them, so rewording an alert needs no edit here.
 """
@@ -178,10 +179,10 @@ FLASH_KEY = {"namespace": NS, "model_name": "flash"}
 WEAK_KEY = {"namespace": NS, "model_name": "weak"}
 
 
-def expect(expr: str, *samples: tuple[dict[str, str], float]) -> dict:
+def expect(expr: str, *samples: tuple[dict[str, str], float], at: str = "390m") -> dict:
     return {
         "expr": expr,
-        "eval_time": "390m",
+        "eval_time": at,
         "exp_samples": [
             {"labels": _sel(expr.split("{")[0], lab), "value": v} for lab, v in samples
         ],
@@ -475,6 +476,167 @@ def alert_tests() -> list[dict]:
     ]
 
 
+# The position-collapse test: 40 minutes of "long" through Ray (one replica per case) and
+# "plain" on vLLM's own server, in counts a minute: 120 drafts (2/s) of k=2, position 0
+# accepted 105 times (0.875 of drafts), position 1 90 (0.75 of drafts, 0.857 of those that
+# reach it).
+COLLAPSE_MINUTES = 40
+COLLAPSE_AT = 20  # c1's position 1 stops being accepted after this minute
+LONG = {"namespace": NS, "model_name": "long", "instance": "node-c:8080", "engine": "0"}
+PLAIN = {"namespace": NS, "model_name": "plain", "instance": "10.0.0.6:8000", "engine": "0"}
+LONG_KEY = {"namespace": NS, "model_name": "long"}
+PLAIN_KEY = {"namespace": NS, "model_name": "plain"}
+
+
+def _counter(name: str, labels: dict[str, str], per_minute: float, after: float | None = None):
+    """A counter rising ``per_minute``, then ``after`` a minute from COLLAPSE_AT on."""
+    if after is None:
+        return {"series": _sel(name, labels), "values": f"0+{per_minute}x{COLLAPSE_MINUTES}"}
+    at, rest = COLLAPSE_AT, COLLAPSE_MINUTES - COLLAPSE_AT - 1
+    values = f"0+{per_minute}x{at} {per_minute * at + after}+{after}x{rest}"
+    return {"series": _sel(name, labels), "values": values}
+
+
+def position_collapse_series() -> list[dict]:
+    """Replicas of "long": c1 healthy until position 1 stops (minute 20); h1 healthy; i1
+    idle (counters that stopped long ago); t1 a trickle (0.5 drafts/s, position 1 never
+    accepted); g1 under a guard holding k=1 (drafts of 1.0625 tokens on average, position 1
+    accepted on probe steps only, in 1/64 of drafts); f1 whose position 1 was never
+    accepted, so Ray exports no counter for it; w1 accepting nothing at any position
+    (drafts flowing). "plain": position 1 at 0, its counter exported at 0 as vLLM's own
+    server does."""
+    # replica: drafts, draft tokens, position 0, position 1 (None: no series) per minute
+    cases = {
+        "c1": (120, 240, 105, 90),
+        "h1": (120, 240, 105, 90),
+        "t1": (30, 60, 26.25, None),
+        "g1": (120, 127.5, 105, 1.875),
+        "f1": (120, 240, 105, None),
+        "w1": (120, 240, 0, 0),
+    }
+    s = []
+    for replica, (drafts, tokens, pos0, pos1) in cases.items():
+        labels = {**LONG, "ReplicaId": replica}
+
+        def add(metric, per_minute, after=None, labels=labels, **extra):
+            s.append(_counter(f"ray_vllm_{metric}", {**labels, **extra}, per_minute, after))
+
+        collapsing = replica == "c1"
+        add("spec_decode_num_drafts_total", drafts)
+        add("spec_decode_num_draft_tokens_total", tokens)
+        accepted = pos0 + (pos1 or 0)
+        add("spec_decode_num_accepted_tokens_total", accepted, pos0 if collapsing else None)
+        add("spec_decode_num_accepted_tokens_per_pos_total", pos0, position="0")
+        if pos1 is not None:
+            after = 0 if collapsing else None
+            add("spec_decode_num_accepted_tokens_per_pos_total", pos1, after, position="1")
+        add("generation_tokens_total", drafts + accepted)
+    idle = {**LONG, "ReplicaId": "i1"}
+    for metric, total in [
+        ("spec_decode_num_drafts_total", 600),
+        ("spec_decode_num_draft_tokens_total", 1200),
+        ("spec_decode_num_accepted_tokens_total", 900),
+        ("generation_tokens_total", 1500),
+    ]:
+        s.append(
+            {"series": _sel(f"ray_vllm_{metric}", idle), "values": f"{total}x{COLLAPSE_MINUTES}"}
+        )
+    for position, total in (("0", 540), ("1", 360)):
+        name = "ray_vllm_spec_decode_num_accepted_tokens_per_pos_total"
+        labels = {**idle, "position": position}
+        s.append({"series": _sel(name, labels), "values": f"{total}x{COLLAPSE_MINUTES}"})
+    for metric, per_minute in [
+        ("spec_decode_num_drafts_total", 120),
+        ("spec_decode_num_draft_tokens_total", 240),
+        ("spec_decode_num_accepted_tokens_total", 105),
+        ("generation_tokens_total", 225),
+    ]:
+        s.append(_counter(f"vllm:{metric}", PLAIN, per_minute))
+    for position, per_minute in (("0", 105), ("1", 0)):
+        name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+        s.append(_counter(name, {**PLAIN, "position": position}, per_minute))
+    return s
+
+
+def _per_second(per_minute: float) -> float:
+    """rate()[5m] of a counter sampled each minute, in Prometheus's float steps."""
+    return per_minute * 5 * (1 / 300)
+
+
+def _long(replica: str, position: str | None = None) -> dict[str, str]:
+    labels = {**LONG_KEY, "replica": replica}
+    return labels if position is None else {**labels, "position": position}
+
+
+def position_collapse_recording_tests() -> list[dict]:
+    """At minute 35, per second. i1 (idle) has drafts 0/0 (NaN): left out of the ratios."""
+    at = f"{COLLAPSE_AT + 15}m"
+    plain = {**PLAIN_KEY, "replica": PLAIN["instance"]}
+    busy = 'replica!="i1"'
+    drafts, pos0, pos1 = _per_second(120), _per_second(105), _per_second(90)
+    t1_drafts, t1_pos0 = _per_second(30), _per_second(26.25)
+    rows = [("c1", pos0, 0), ("h1", pos0, pos1), ("g1", pos0, _per_second(1.875)), ("w1", 0, 0)]
+    accepted = [(_long(r, "0"), p0) for r, p0, _ in rows]
+    accepted += [(_long(r, "1"), p1) for r, _, p1 in rows]
+    accepted += [(_long("i1", "0"), 0), (_long("i1", "1"), 0), (_long("t1", "0"), t1_pos0)]
+    accepted += [(_long("f1", "0"), pos0), ({**plain, "position": "0"}, pos0)]
+    accepted += [({**plain, "position": "1"}, 0)]
+    # Verified at position 1: tokens/s accepted at position 0, where drafts reach 1.9
+    # tokens (not g1's, of 1.0625).
+    verified = [(_long(r, "0"), drafts) for r in ("c1", "h1", "g1", "f1", "w1")]
+    verified += [(_long(r, "1"), pos0) for r in ("c1", "h1", "f1")]
+    verified += [(_long("w1", "1"), 0), (_long("t1", "0"), t1_drafts)]
+    verified += [(_long("t1", "1"), t1_pos0), ({**plain, "position": "0"}, drafts)]
+    verified += [({**plain, "position": "1"}, pos0)]
+    # Share of drafts: position 1 of t1 and f1 (no counter through Ray) counts as 0.
+    shares = [(_long(r, "0"), pos0 / drafts) for r in ("c1", "h1", "g1", "f1")]
+    shares += [(_long("t1", "0"), t1_pos0 / t1_drafts), (_long("c1", "1"), 0)]
+    shares += [(_long("h1", "1"), pos1 / drafts), (_long("g1", "1"), rows[2][2] / drafts)]
+    shares += [(_long("t1", "1"), 0), (_long("f1", "1"), 0), (_long("w1", "0"), 0)]
+    shares += [(_long("w1", "1"), 0), ({**plain, "position": "0"}, pos0 / drafts)]
+    shares += [({**plain, "position": "1"}, 0)]
+    # Of those verified: w1's position 1 is 0/0 (never verified) and g1's is not drafted.
+    conditional = [(_long(r, "0"), pos0 / drafts) for r in ("c1", "h1", "g1", "f1")]
+    conditional += [(_long("t1", "0"), t1_pos0 / t1_drafts), (_long("c1", "1"), 0)]
+    conditional += [(_long("h1", "1"), pos1 / pos0), (_long("t1", "1"), 0)]
+    conditional += [(_long("f1", "1"), 0), ({**plain, "position": "0"}, pos0 / drafts)]
+    conditional += [({**plain, "position": "1"}, 0)]
+    k2 = _per_second(240) / drafts
+    lengths = [(_long(r), k2) for r in ("c1", "h1", "f1", "w1")]
+    lengths += [(_long("t1"), _per_second(60) / t1_drafts)]
+    lengths += [(_long("g1"), _per_second(127.5) / drafts), (plain, k2)]
+    return [
+        expect("dsv4:accepted_tokens_per_position:replica_rate5m", *accepted, at=at),
+        expect(f"dsv4:spec_decode_draft_length:replica_ratio5m{{{busy}}}", *lengths, at=at),
+        expect("dsv4:verified_tokens_per_position:replica_rate5m", *verified, at=at),
+        expect(
+            f"dsv4:spec_decode_position_acceptance_rate:replica_ratio5m{{{busy}}}",
+            *shares,
+            at=at,
+        ),
+        expect(
+            'dsv4:spec_decode_position_conditional_acceptance:replica_ratio5m{replica!~"i1|w1"}',
+            *conditional,
+            at=at,
+        ),
+        expect(
+            "dsv4:spec_decode_position_conditional_acceptance:replica_ratio5m"
+            '{replica="w1", position="0"}',
+            (_long("w1", "0"), 0),
+            at=at,
+        ),
+    ]
+
+
+def position_collapse_test() -> dict[str, Any]:
+    return {
+        "name": "draft positions that collapse",
+        "interval": "1m",
+        "input_series": position_collapse_series(),
+        "promql_expr_test": position_collapse_recording_tests(),
+    }
+
+
 def rule_tests() -> dict[str, Any]:
     """The promtool test file (``promtool test rules`` format)."""
     return {
@@ -486,6 +648,7 @@ def rule_tests() -> dict[str, Any]:
                 "input_series": input_series(),
                 "promql_expr_test": recording_tests(),
                 "alert_rule_test": alert_tests(),
-            }
+            },
+            position_collapse_test(),
         ],
     }

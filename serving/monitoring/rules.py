@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.config.preset import Monitoring
+from serving.config.preset import Monitoring, Speculation
 
 BY_MODEL = "namespace, model_name"
 BY_REPLICA = "namespace, model_name, replica"
@@ -58,6 +58,13 @@ SERVE_REPLICA_SERIES = (
 # A failed transfer fails its request (vLLM's kv_load_failure_policy "fail") or makes decode
 # compute the prompt again ("recompute"): either way P/D is not working for it.
 KV_FAILURE_RATIO_ALERT = 0.01
+# A position counts as drafted when the mean draft is at most this much shorter than
+# reaching it: a guard or a batch-size table that drafts fewer tokens leaves it out.
+DRAFT_LENGTH_SLACK = 0.1
+# Every draft position the preset schema allows (num_speculative_tokens <= this).
+MAX_DRAFT_POSITIONS = next(
+    m.le for m in Speculation.model_fields["num_speculative_tokens"].metadata if hasattr(m, "le")
+)
 
 
 def vllm(name: str) -> str:
@@ -94,6 +101,53 @@ def _thresholds() -> list[dict[str, Any]]:
         default = f"(0 * dsv4:engines:count + {getattr(defaults, field)})"
         rules.append(record(f"dsv4:threshold:{field}", f"{exported} or on ({BY_MODEL}) {default}"))
     return rules
+
+
+def _verified_per_position() -> str:
+    """Tokens/s verified at each draft position p of a replica: vLLM checks position p only
+    when every earlier one was accepted, so those are the drafts/s (p = 0) or the tokens/s
+    accepted at p - 1. Only positions (nearly) every draft reaches: the mean draft length is
+    at least p + 1 - DRAFT_LENGTH_SLACK."""
+    terms = []
+    for p in range(MAX_DRAFT_POSITIONS):
+        below = (
+            "dsv4:drafts:replica_rate5m"
+            if p == 0
+            else f'dsv4:accepted_tokens_per_position:replica_rate5m{{position="{p - 1}"}}'
+        )
+        reached = f"{p + 1 - DRAFT_LENGTH_SLACK:g}"
+        terms.append(
+            f'(label_replace({below}, "position", "{p}", "", "") and on ({BY_REPLICA})'
+            f" dsv4:spec_decode_draft_length:replica_ratio5m >= {reached})"
+        )
+    return " or ".join(terms)
+
+
+def _per_position_replica() -> list[dict[str, Any]]:
+    """Acceptance by draft position per replica. Through Ray a position never accepted has
+    no counter at all: where tokens are verified at it, it counts as 0."""
+    on = f"on ({BY_REPLICA}, position)"
+    accepted = "dsv4:accepted_tokens_per_position:replica_rate5m"
+    verified = "dsv4:verified_tokens_per_position:replica_rate5m"
+    accepted_or_zero = f"({accepted} or {on} 0 * {verified})"
+    per_pos = _rate("spec_decode_num_accepted_tokens_per_pos_total")
+    return [
+        record(accepted, _sum(f"{BY_REPLICA}, position", with_replica(per_pos))),
+        record(
+            "dsv4:spec_decode_draft_length:replica_ratio5m",
+            "dsv4:draft_tokens:replica_rate5m / dsv4:drafts:replica_rate5m",
+        ),
+        record(verified, _verified_per_position()),
+        record(
+            "dsv4:spec_decode_position_acceptance_rate:replica_ratio5m",
+            f"{accepted} / on ({BY_REPLICA}) group_left dsv4:drafts:replica_rate5m"
+            f" or {on} 0 * {verified}",
+        ),
+        record(
+            "dsv4:spec_decode_position_conditional_acceptance:replica_ratio5m",
+            f"{accepted_or_zero} / {on} {verified}",
+        ),
+    ]
 
 
 def _spec_decode() -> list[dict[str, Any]]:
@@ -146,6 +200,7 @@ def _spec_decode() -> list[dict[str, Any]]:
             f"dsv4:accepted_tokens_per_position:rate5m / on ({BY_MODEL}) group_left"
             " dsv4:drafts:rate5m",
         ),
+        *_per_position_replica(),
         record(
             "dsv4:rejected_tokens:rate5m",
             "dsv4:draft_tokens:rate5m - dsv4:accepted_tokens:rate5m",

@@ -279,6 +279,41 @@ class Expected:
         if rest == "accepted_tokens_per_position:rate5m":
             rates = self._rates(self._vllm("spec_decode_num_accepted_tokens_per_pos_total"))
             return _sum(rates, (*MODEL, "position"))
+        if rest == "accepted_tokens_per_position:replica_rate5m":
+            rates = self._rates(self._vllm("spec_decode_num_accepted_tokens_per_pos_total"))
+            return _sum(((_replica(lab), r) for lab, r in rates), (*REPLICA, "position"))
+        if rest == "verified_tokens_per_position:replica_rate5m":
+            # vLLM checks the token at position p only when every earlier one was accepted:
+            # drafts (p = 0) or tokens accepted at p - 1, where the replica's mean draft
+            # length is at least p + 0.9 (nearly every draft reaches p).
+            lengths = v("dsv4:spec_decode_draft_length:replica_ratio5m")
+            reaches = lambda key, p: lengths.get(key, math.nan) >= p + 0.9  # noqa: E731
+            out = {
+                _with(key, position="0"): drafts
+                for key, drafts in v("dsv4:drafts:replica_rate5m").items()
+                if reaches(key, 0)
+            }
+            for key, accepted in v("dsv4:accepted_tokens_per_position:replica_rate5m").items():
+                labels = dict(key)
+                p = int(labels.pop("position")) + 1
+                if reaches(_key(labels, REPLICA), p):
+                    out[_key(labels, REPLICA) + (("position", str(p)),)] = accepted
+            return {tuple(sorted(k)): x for k, x in out.items()}
+        if rest in (
+            "spec_decode_position_acceptance_rate:replica_ratio5m",
+            "spec_decode_position_conditional_acceptance:replica_ratio5m",
+        ):
+            # A position with no counter (Ray exports none until it moves) counts as 0
+            # wherever tokens are verified at it.
+            accepted = v("dsv4:accepted_tokens_per_position:replica_rate5m")
+            verified = v("dsv4:verified_tokens_per_position:replica_rate5m")
+            zeros = {k: 0 * x for k, x in verified.items() if k not in accepted}
+            if "conditional" in rest:
+                both = accepted | zeros
+                return {k: prom_div(a, verified[k]) for k, a in both.items() if k in verified}
+            drafts = v("dsv4:drafts:replica_rate5m")
+            shares = _on(accepted, drafts, prom_div, on=REPLICA, group_left=True)
+            return shares | {k: z for k, z in zeros.items() if k not in shares}
         ratios = {
             "spec_decode_acceptance_rate:ratio5m": ("accepted_tokens", "draft_tokens", "rate5m"),
             "spec_decode_acceptance_rate:replica_ratio5m": (
@@ -287,6 +322,11 @@ class Expected:
                 "replica_rate5m",
             ),
             "spec_decode_draft_length:ratio5m": ("draft_tokens", "drafts", "rate5m"),
+            "spec_decode_draft_length:replica_ratio5m": (
+                "draft_tokens",
+                "drafts",
+                "replica_rate5m",
+            ),
             "spec_decode_draft_share:ratio5m": ("accepted_tokens", "generation_tokens", "rate5m"),
         }
         if rest in ratios:
