@@ -108,19 +108,31 @@ seed_jit() {
     fi
 }
 # A job that outlives this call, run from its copy of the sources with the kept cache
-# directory: tests/gpu/SCRIPT OUT_DIR CACHE_DIR, its log in $work/NAME/job.log.
+# directory: tests/gpu/SCRIPT OUT_DIR CACHE_DIR, its log in $work/NAME/job.log and its exit
+# status in $work/NAME/status when it ends.
 start_job() {  # NAME SCRIPT
-    (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
-        "tests/gpu/$2" "$work/$1" "$work/jit" > "$work/$1/job.log" 2>&1 < /dev/null &)
+    (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash -c \
+        'bash "tests/gpu/$1" "$2" "$3"; echo $? > "$2/status"' _ "$2" "$work/$1" "$work/jit" \
+        > "$work/$1/job.log" 2>&1 < /dev/null &)
     sleep 15
     tail -5 "$work/$1/job.log"
 }
 # Wait for a job started by start_job to finish (or WAIT_S to pass), then show its log's end.
+# job_rc: the job's exit status, or 75 while it still runs (poll again), so a step that
+# collects a job's results exits with what the job did.
+job_rc=0
 wait_job() {  # NAME
-    until [ -f "$work/$1/done" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
+    until [ -f "$work/$1/status" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
         sleep 10
     done
     tail -30 "$work/$1/job.log"
+    if [ -f "$work/$1/status" ]; then
+        job_rc=$(cat "$work/$1/status")
+        echo "job $1 ended with status $job_rc"
+    else
+        job_rc=75
+        echo "job $1 still running after ${WAIT_S:-540} s: poll again"
+    fi
 }
 case $step in
 suite)
@@ -271,17 +283,10 @@ realwidth)
             --set engine_args.kv_cache_memory_bytes=2147483648 \
             --set engine_args.gpu_memory_utilization=0.05 > "$work/smoke.log" 2>&1 < /dev/null &)
     fi
-    (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash \
-        tests/gpu/realwidth.sh "$work/realwidth" "$work/jit" \
-        > "$work/realwidth/job.log" 2>&1 < /dev/null &)
-    sleep 20
-    tail -5 "$work/realwidth/job.log"
+    start_job realwidth realwidth.sh
     ;;
 realwidth-wait)
-    until [ -f "$work/realwidth/done" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
-        sleep 10
-    done
-    tail -30 "$work/realwidth/job.log"
+    wait_job realwidth
     if [ -d "$work/smoke" ]; then
         tail -8 "$work/smoke.log"
         cp "$work/smoke.log" "$work/smoke/" 2>/dev/null
@@ -301,6 +306,7 @@ realwidth-wait)
             echo "jit cache: too large to bring back"
         fi
     fi
+    exit "$job_rc"
     ;;
 pd-fp8-forward)
     rm -rf "$work/pd-fp8-forward" "$work/src"
@@ -316,6 +322,7 @@ pd-fp8-forward-wait)
     [ -d "$work/pd-fp8-forward/pd" ] && tail -4 "$work/pd-fp8-forward/pd.log"
     tar czf "$OUT/pd-fp8-forward.tgz" --exclude='logs' --exclude='*.prom' -C "$work" pd-fp8-forward
     tar czf "$OUT/pd-fp8-forward-logs.tgz" -C "$work" pd-fp8-forward 2>/dev/null
+    exit "$job_rc"
     ;;
 pd-bench)
     rm -rf "$work/pd-bench" "$work/src"
@@ -330,6 +337,7 @@ pd-bench-wait)
     wait_job pd-bench
     tar czf "$OUT/pd-bench.tgz" --exclude='logs' -C "$work" pd-bench
     tar czf "$OUT/pd-bench-logs.tgz" -C "$work" pd-bench/logs 2>/dev/null
+    exit "$job_rc"
     ;;
 cold-start)
     rm -rf "$work/cold-start" "$work/jit" "$work/jit-imported" "$work/src"
@@ -351,7 +359,7 @@ cold-start-wait)
             echo "archive $(du -h "$archive" | cut -f1): too large to bring back"
         fi
     done
-    [ -f "$work/cold-start/failed" ] && exit "$(cat "$work/cold-start/failed")"
+    exit "$job_rc"
     ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -36,9 +36,11 @@ timeout "${TIMEOUT_S:-1500}" python3 -m serving.cli bench --pd --preset h200-fla
     --user-words "${USER_WORDS:-200}" --unrelated "${UNRELATED:-8}" \
     --max-tokens "${MAX_TOKENS:-64}" --rounds "${ROUNDS:-1}" \
     --logs "$out/logs" --out "$out/pd"
-echo "== P/D bench exit $? ($(( $(date +%s) - began )) s)"
+rc=$?
+echo "== P/D bench exit $rc ($(( $(date +%s) - began )) s)"
 # How each arm's engines started (the Ray app's start stages are in the report).
 grep -h "ready in\|did not start" "$out"/logs/*.log 2>/dev/null | tail -6
 du -sh "$cache"/* 2>/dev/null
 kill "$smi" 2>/dev/null
 touch "$out/done"
+exit "$rc"

@@ -18,6 +18,7 @@ out=${1:?usage: pd_fp8_forward.sh OUT_DIR CACHE_DIR}
 cache=${2:?usage: pd_fp8_forward.sh OUT_DIR CACHE_DIR}
 mkdir -p "$out" "$cache"
 began=$(date +%s)
+failed=0  # the job's exit status: non-zero when any part failed
 stamp() { echo "== $* ($(( $(date +%s) - began )) s in)"; }
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 5 \
     > "$out/gpu-memory.csv" 2>&1 &
@@ -45,10 +46,10 @@ pd=$!
 ) > "$out/fp8.log" 2>&1 &
 fp8=$!
 wait "$pd"
-stamp "P/D smoke exit $?"
+rc=$?; stamp "P/D smoke exit $rc"; [ "$rc" = 0 ] || failed=1
 tail -12 "$out/pd.log"
 wait "$fp8"
-stamp "FP8 job exit $?"
+rc=$?; stamp "FP8 job exit $rc"; [ "$rc" = 0 ] || failed=1
 tail -6 "$out/fp8.log"
 
 if [ "${FORWARD:-1}" = 1 ]; then
@@ -57,8 +58,9 @@ if [ "${FORWARD:-1}" = 1 ]; then
         CACHE=$cache OUT=$out/forward TIMEOUT_S=${FORWARD_TIMEOUT:-420} \
         FORWARD_ARGS=${FORWARD_ARGS:---routing real} bash tests/gpu/bench_forward.sh \
         > "$out/forward.log" 2>&1
-    stamp "forward exit $?"
+    rc=$?; stamp "forward exit $rc"; [ "$rc" = 0 ] || failed=1
     tail -20 "$out/forward.log"
 fi
 kill "$smi" 2>/dev/null
 touch "$out/done"
+exit "$failed"

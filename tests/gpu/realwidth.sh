@@ -31,6 +31,7 @@ nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 5 \
     > "$out/gpu-memory.csv" 2>&1 &
 smi=$!
 began=$(date +%s)
+failed=0  # the job's exit status: non-zero when any bench failed
 sets=()
 if [ "${JIT_WARMUP:-1}" = 0 ]; then sets+=(--set "engine_args.kernel_config={enable_jit_warmup: false}"); fi
 bench() {  # NAME LAYERS BUDGET ROUNDS KV_GIB KINDS...
@@ -43,7 +44,9 @@ bench() {  # NAME LAYERS BUDGET ROUNDS KV_GIB KINDS...
         --concurrency ${CONCURRENCY:-1 8 32 64 128} --requests 8 --requests-per-stream 2 \
         --rounds "$rounds" --max-tokens 128 --prompt-words "${PROMPT_WORDS:-512}" \
         --budget-s "$budget" --logs "$out/$name/logs" --out "$out/$name"
-    echo "== $name exit $? ($(( $(date +%s) - began )) s in)"
+    local rc=$?
+    echo "== $name exit $rc ($(( $(date +%s) - began )) s in)"
+    [ "$rc" = 0 ] || failed=1
     du -sh "$cache"/* 2>/dev/null
 }
 # shellcheck disable=SC2086
@@ -60,3 +63,4 @@ echo "== caches outside $cache:"
 du -sh ~/.triton ~/.tilelang ~/.cache/* ~/.deep_gemm /tmp/*cutlass* /tmp/*tvm* 2>/dev/null
 kill "$smi" 2>/dev/null
 touch "$out/done"
+exit "$failed"
