@@ -628,12 +628,37 @@ def position_collapse_recording_tests() -> list[dict]:
     ]
 
 
+def position_collapse_alert_tests() -> list[dict]:
+    name = "DSV4MTPAcceptanceCollapsedAtPosition"
+    plain = {**PLAIN_KEY, "replica": PLAIN["instance"]}
+    # promtool, like Prometheus, evaluates the rule groups in no fixed order: the alert may
+    # see the recorded series one evaluation late, so "fires" is checked a minute after.
+    # Collapsed from the start (f1, w1, plain): the condition holds once the 5m window
+    # holds enough drafts (minute 3), and the alert fires 10 minutes later.
+    early = [
+        (_sev(_long("f1"), "critical", position="1"), 0),
+        (_sev(_long("w1"), "critical", position="0"), 0),
+        (_sev(plain, "critical", position="1"), 0),
+    ]
+    # c1: its 5m rate reaches 0 five minutes after the collapse, then 10 more (for:).
+    fired = COLLAPSE_AT + 15
+    return [
+        alert(name, "12m"),
+        alert(name, "14m", *early),
+        alert(name, f"{fired - 1}m", *early),
+        alert(name, f"{fired + 1}m", (_sev(_long("c1"), "critical", position="1"), 0), *early),
+        # One position at 0 leaves the mean (0.47 for long, 0.44 for plain) above the floor.
+        alert("DSV4MTPAcceptanceCollapse", f"{fired + 1}m"),
+    ]
+
+
 def position_collapse_test() -> dict[str, Any]:
     return {
         "name": "draft positions that collapse",
         "interval": "1m",
         "input_series": position_collapse_series(),
         "promql_expr_test": position_collapse_recording_tests(),
+        "alert_rule_test": position_collapse_alert_tests(),
     }
 
 

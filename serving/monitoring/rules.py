@@ -58,6 +58,13 @@ SERVE_REPLICA_SERIES = (
 # A failed transfer fails its request (vLLM's kv_load_failure_policy "fail") or makes decode
 # compute the prompt again ("recompute"): either way P/D is not working for it.
 KV_FAILURE_RATIO_ALERT = 0.01
+# A draft position whose token is accepted less often than this, of the times it is
+# verified, has collapsed: V4-Flash's published rate on random tokens (k=2) is 0.41 at
+# position 1 given position 0 accepted (vllm-project/vllm#41044), and a broken position
+# accepts next to none (docs/monitoring.md, DSV4MTPAcceptanceCollapsedAtPosition).
+POSITION_COLLAPSE_RATE = 0.02
+# Below this many verified tokens/s at a position (300 in the 5m window) the rate is noise.
+POSITION_COLLAPSE_MIN_VERIFIED = 1
 # A position counts as drafted when the mean draft is at most this much shorter than
 # reaching it: a guard or a batch-size table that drafts fewer tokens leaves it out.
 DRAFT_LENGTH_SLACK = 0.1
@@ -451,6 +458,30 @@ def _alerts() -> list[dict[str, Any]]:
             "Position 0 is the draft head's easiest guess; when it collapses the draft model"
             " receives wrong hidden states (the HC state contract between the decoder and the"
             " MTP layer). " + collapse_advice,
+        ),
+        alert(
+            "DSV4MTPAcceptanceCollapsedAtPosition",
+            "dsv4:spec_decode_position_conditional_acceptance:replica_ratio5m"
+            f" < {POSITION_COLLAPSE_RATE} and on ({BY_REPLICA}, position)"
+            " dsv4:verified_tokens_per_position:replica_rate5m"
+            f" >= {POSITION_COLLAPSE_MIN_VERIFIED}",
+            "10m",
+            "critical",
+            "Draft position {{ $labels.position }} of {{ $labels.model_name }} on replica"
+            " {{ $labels.replica }} is accepted {{ $value | humanizePercentage }} of the times"
+            " it is verified",
+            "A draft position has stopped being accepted on this replica while drafts still"
+            " reach it (every earlier position accepted); the mean acceptance can still look"
+            " tolerable, so DSV4MTPAcceptanceCollapse may stay quiet. Reported upstream: past a"
+            " context position of 32768 tokens vLLM stops accepting drafts engine-wide"
+            " (vllm-project/vllm#52873). Compare the context lengths this replica serves (long"
+            " prompts and conversations, max_model_len) with that limit. Check the dashboard's"
+            " speculation guard row: with speculation.guard.mode adaptive the guard lowers k"
+            " by itself when drafts stop paying, and this alert goes quiet once drafts no"
+            " longer reach the position. Otherwise lower num_speculative_tokens (k) to the"
+            " positions still accepted, or turn speculation off (speculation.method=none)."
+            " Position 0 collapsing on every replica points at the draft head or the"
+            " checkpoint: see DSV4MTPAcceptanceCollapse.",
         ),
         alert(
             "DSV4SpeculationNotPayingOff",

@@ -468,6 +468,10 @@ class Expected:
             first = {k: r for k, r in rates.items() if ("position", "0") in k}
             low = _on(first, v("dsv4:threshold:acceptance_floor"), below, group_left=True)
             return _and_on({k: first[k] for k, b in low.items() if b}, drafting)
+        if name == "DSV4MTPAcceptanceCollapsedAtPosition":
+            rates = v("dsv4:spec_decode_position_conditional_acceptance:replica_ratio5m")
+            verified = v("dsv4:verified_tokens_per_position:replica_rate5m")
+            return {k: r for k, r in rates.items() if r < 0.02 and verified.get(k, 0) >= 1}
         if name == "DSV4SpeculationNotPayingOff":
             accepted = v("dsv4:accepted_tokens:rate5m")
             low = _on(accepted, v("dsv4:spec_decode_breakeven_accepted_tokens:rate5m"), below)
