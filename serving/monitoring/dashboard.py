@@ -46,7 +46,13 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from serving.monitoring.rules import KV_FAILURE_RATIO_ALERT, KV_QUANTILES, vllm
+from serving.monitoring.rules import (
+    KV_FAILURE_RATIO_ALERT,
+    KV_QUANTILES,
+    POSITION_COLLAPSE_MIN_VERIFIED,
+    POSITION_COLLAPSE_RATE,
+    vllm,
+)
 
 UID = "dsv4-serve-mtp"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -171,13 +177,35 @@ ROWS: list[tuple[str, list[Panel]]] = [
             ),
             Panel(
                 "Acceptance by draft position",
-                "Share of drafts whose token at this position was accepted. Position 0"
-                " collapsing first points at the draft head's input (HC state).",
+                "Share of drafts whose token at this position was accepted, per model and"
+                " per replica. Position 0 collapsing first points at the draft head's input"
+                " (HC state).",
                 [
                     (
                         f"dsv4:spec_decode_position_acceptance_rate:ratio5m{{{MODEL}}}",
                         "{{model_name}} position {{position}}",
-                    )
+                    ),
+                    (
+                        f"dsv4:spec_decode_position_acceptance_rate:replica_ratio5m{{{REPLICA}}}",
+                        "{{model_name}} {{replica}} position {{position}}",
+                    ),
+                ],
+                unit="percentunit",
+            ),
+            Panel(
+                "Acceptance by draft position, of tokens verified there",
+                "Per replica: of the draft tokens verified at this position (every earlier"
+                " one accepted), the share accepted. Healthy traffic keeps it far above the"
+                " line; a position near 0 for 10 minutes while at least"
+                f" {POSITION_COLLAPSE_MIN_VERIFIED} token/s is verified there fires"
+                " DSV4MTPAcceptanceCollapsedAtPosition.",
+                [
+                    (
+                        "dsv4:spec_decode_position_conditional_acceptance:replica_ratio5m"
+                        f"{{{REPLICA}}}",
+                        "{{model_name}} {{replica}} position {{position}}",
+                    ),
+                    (f"vector({POSITION_COLLAPSE_RATE})", "collapsed below"),
                 ],
                 unit="percentunit",
             ),
