@@ -3,10 +3,16 @@
 - inference: ``DSV4_API_KEYS`` (comma-separated) and/or ``DSV4_API_KEYS_FILE``;
 - admin: ``DSV4_ADMIN_KEYS`` and/or ``DSV4_ADMIN_KEYS_FILE``.
 
-A file holds one key per line (``#`` starts a comment) and is re-read when it changes,
-so a rotated Kubernetes Secret takes effect without a restart; both kinds rotate the
-same way. Keys are compared in constant time and never logged: metrics and logs name
-a key by its id, the first 12 hex digits of its SHA-256 (``key_id``).
+A file holds one key per line and is re-read when it changes, so a rotated Kubernetes
+Secret takes effect without a restart; both kinds rotate the same way. Blank lines and
+lines whose first non-blank character is ``#`` are comments, as is a ``#`` after
+whitespace to the end of its line (``key   # owner``; a ``#`` inside a key, with no
+space before it, is part of the key); CRLF line ends and a UTF-8 byte-order mark are
+read as plain text. A line that still holds whitespace once its comment is gone is no
+key: it is skipped and logged by its line number, never its text.
+
+Keys are compared in constant time and never logged: metrics and logs name a key by its
+id, the first 12 hex digits of its SHA-256 (``key_id``).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +31,7 @@ KEYS_FILE_ENV = "DSV4_API_KEYS_FILE"
 ADMIN_KEYS_ENV = "DSV4_ADMIN_KEYS"
 ADMIN_KEYS_FILE_ENV = "DSV4_ADMIN_KEYS_FILE"
 ANONYMOUS = "anonymous"  # the caller's id while auth is off
+TRAILING_COMMENT = re.compile(r"\s#.*$")
 logger = logging.getLogger("dsv4.gateway.auth")
 
 
@@ -58,10 +66,8 @@ class KeySource:
                 logger.error("API key file %s is gone; keeping the last keys read", self._file)
             return
         if stamp != self._file_stamp:
-            lines = self._file.read_text().splitlines()
-            self._file_keys = [
-                line.strip() for line in lines if line.strip() and not line.startswith("#")
-            ]
+            text = self._file.read_text(encoding="utf-8-sig")
+            self._file_keys = parse_key_file(text, str(self._file))
             self._file_stamp = stamp
 
     def keys(self) -> list[bytes]:
@@ -77,6 +83,20 @@ class KeySource:
             [str(self._file)] if self._file else []
         )
         return f"{len(self.keys())} key(s) from {', '.join(sources)}" if sources else "no keys"
+
+
+def parse_key_file(text: str, name: str = "API key file") -> list[str]:
+    """The keys of a key file's text (the module's docstring says how it is read)."""
+    keys = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = TRAILING_COMMENT.sub("", line).strip()
+        if not line or line.startswith("#"):
+            continue
+        if any(c.isspace() for c in line):
+            logger.error("%s: line %d holds whitespace inside a key; skipped", name, number)
+            continue
+        keys.append(line)
+    return keys
 
 
 def key_matches(presented: bytes, keys: list[bytes]) -> bool:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import generate_latest
 
 from serving.gateway import metrics
-from serving.gateway.keys import KeyRing, Role, key_id
+from serving.gateway.keys import KeyRing, KeySource, Role, key_id
 from serving.gateway.stack import GatewayOptions, wrap_app
 
 INFERENCE_KEY, ADMIN_KEY = "inference-key-0123", "admin-key-0123"
@@ -208,3 +208,31 @@ def test_a_key_listed_as_both_kinds_is_an_admin_key():
     assert ring.identify(b"k1").role is Role.INFERENCE
     assert ring.identify(b"") is None and ring.identify(b"k") is None
     assert ring.identify(b"k1").key_id == key_id(b"k1") != "k1"
+
+
+def test_a_key_file_reads_comments_and_line_ends_as_people_write_them(tmp_path: Path, caplog):
+    key_file = tmp_path / "keys"
+    text = (
+        "# inference keys\r\n"
+        "   # old-key, retired\r\n"
+        "\t#tabbed-comment\n"
+        "\n"
+        "   \r\n"
+        "alpha\r\n"
+        "  beta  \n"
+        "gamma   # the batch team\n"
+        "delta\t# tab before the comment\n"
+        "eps#ilon\n"  # no whitespace before '#': part of the key
+        "two words\n"
+        "zeta"  # no final newline
+    )
+    key_file.write_bytes(b"\xef\xbb\xbf" + text.encode())  # saved with a byte-order mark
+    source = KeySource(env={"DSV4_API_KEYS_FILE": str(key_file)})
+    with caplog.at_level("ERROR", logger="dsv4.gateway.auth"):
+        keys = source.keys()
+    assert keys == [b"alpha", b"beta", b"gamma", b"delta", b"eps#ilon", b"zeta"]
+    assert "line 11 holds whitespace inside a key" in caplog.text
+    assert "two" not in caplog.text and "words" not in caplog.text  # a key is never logged
+    ring = KeyRing(env={"DSV4_API_KEYS_FILE": str(key_file)})
+    assert ring.identify(b"# old-key, retired") is None and ring.identify(b"old-key,") is None
+    assert ring.identify(b"gamma").role is Role.INFERENCE
