@@ -5,7 +5,6 @@ default 9464; the ingress runs at most one replica per node), next to Ray's metr
 export port that carries the engine's ``ray_vllm_*`` series.
 """
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -14,6 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from model_overrides.engine_status import STATUS_METHOD
+from serving.gateway.input_policy import CHECKED, Checked
 from serving.gateway.routes import TABLE
 
 logger = logging.getLogger("ray.serve.dsv4")  # logged with the replica's own lines
@@ -87,7 +87,7 @@ KEY_REQUESTS = Counter(
 )
 KEY_IN_FLIGHT = Gauge(
     "dsv4_gateway_key_requests_in_flight",
-    "Generation requests of a key in flight (running or queued)",
+    "Inference requests of a key in flight (running or queued)",
     ["key_id"],
     registry=REGISTRY,
 )
@@ -108,7 +108,6 @@ UNCLASSIFIED_ROUTES = Gauge(
     "Routes the served app mounts that the gateway's route table does not classify (denied)",
     registry=REGISTRY,
 )
-MAX_BODY_FOR_MODEL = 1 << 20  # bytes of request body inspected for the model name
 
 
 async def publish_engine_status(collective_rpc: Callable[[str], Awaitable[list[dict]]]) -> None:
@@ -141,12 +140,14 @@ def publish_served_models(thresholds: dict[str, dict[str, float]]) -> None:
                 REJECTED.labels(route, model, status)
 
 
-def _model_of(body: bytes, served: frozenset[str] | None = None) -> str:
-    try:
-        model = json.loads(body).get("model")
-    except (ValueError, AttributeError):
-        return "unknown"
-    if not isinstance(model, str) or (served is not None and model not in served):
+def model_label(checked: Checked | None, served: frozenset[str] | None = None) -> str:
+    """The model a request named, from the body the input checks passed ("none" for a
+    request without one, or refused before its body was read; "unknown" for a name the
+    replica does not serve, so clients cannot grow the series count)."""
+    if checked is None:
+        return "none"
+    model = checked.model
+    if model is None or (served is not None and model not in served):
         return "unknown"
     return model
 
@@ -171,15 +172,8 @@ class GatewayMetrics:
             return await self.app(scope, receive, send)
         route = route_label(path)
         start = time.perf_counter()
-        body = bytearray()
         state: dict[str, Any] = {"status": 500, "first": None, "last": None}
         gaps: list[float] = []
-
-        async def tapped_receive() -> dict:
-            message = await receive()
-            if message["type"] == "http.request" and len(body) < MAX_BODY_FOR_MODEL:
-                body.extend(message.get("body", b""))
-            return message
 
         async def tapped_send(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -195,10 +189,10 @@ class GatewayMetrics:
 
         IN_FLIGHT.labels(route).inc()
         try:
-            await self.app(scope, tapped_receive, tapped_send)
+            await self.app(scope, receive, tapped_send)
         finally:
             IN_FLIGHT.labels(route).dec()
-            model = _model_of(bytes(body), self.models) if body else "none"
+            model = model_label(scope.get(CHECKED), self.models)
             status = state["status"]
             REQUESTS.labels(route, model, str(status)).inc()
             if status in (429, 503):

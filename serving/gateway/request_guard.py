@@ -1,164 +1,135 @@
-"""Input checks in front of the OpenAI routes, for what vLLM and Ray Serve LLM let
-through or answer with a 5xx: body size, content type, UTF-8 JSON objects, unknown
-fields, stop lists, ``n``, tool schemas.
+"""The input checks in front of every inference route that takes a body (the route
+table's inference POST routes; ``input_policy.RULES`` says how each body is read),
+before anything else buffers it: the body is read in chunks and refused with 413 once
+it passes the limit, so no more than the limit is held; then it must be JSON of the
+route's shape, checked by ``input_policy.check``. A body that passes goes on to the app
+unchanged, with what the checks found in the scope (``CHECKED``) for the per-key
+limits and the metrics.
 
-Policy on unknown fields: a top-level field that neither vLLM's completion nor its
-chat request model knows is rejected with 400 naming it (a typo such as ``max_token``
-would otherwise be ignored silently). Vendor extensions vLLM supports (``top_k``,
-``ignore_eos``, ...) are known fields and pass.
+An oversized body is read on (and dropped) up to ``DRAIN_LIMIT`` before the 413 is
+sent, so a client that is still sending reads the answer rather than a reset
+connection; a body declared larger than that is answered at once.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from functools import cache
 from typing import Any
 
+from serving.gateway.auth import ROUTE
 from serving.gateway.errors import send_error
+from serving.gateway.input_policy import CHECKED, RULES, BadRequest, check
+from serving.gateway.routes import TABLE, Kind
 
 MAX_BODY_ENV = "DSV4_MAX_BODY_BYTES"
 DEFAULT_MAX_BODY = 4 << 20  # a 4096-token context is a few tens of KB of text
-MAX_STOP = 16
-MAX_N = 8
-GUARDED_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions"})
+DRAIN_LIMIT = 64 << 20  # bytes of an oversized body read and dropped before the 413
+__all__ = ["CHECKED", "RequestGuard", "read_body"]
 
 
-class BadRequest(ValueError):
-    def __init__(self, status: int, message: str, code: str, param: str | None = None):
-        super().__init__(message)
-        self.status, self.code, self.param = status, code, param
+class TooLarge(Exception):
+    def __init__(self, size: int, complete: bool) -> None:
+        super().__init__(size)
+        self.size, self.complete = size, complete
 
 
-@cache
-def known_fields(route: str) -> frozenset[str]:
-    if route == "/v1/completions":
-        from vllm.entrypoints.openai.completion.protocol import CompletionRequest as model
-    else:
-        from vllm.entrypoints.openai.chat_completion.protocol import (
-            ChatCompletionRequest as model,
-        )
-    names = set(model.model_fields)
-    names |= {f.alias for f in model.model_fields.values() if f.alias}
-    return frozenset(names)
+def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
 
 
-def _check_tools(tools: Any) -> None:
-    import jsonschema
-
-    if not isinstance(tools, list):
-        raise BadRequest(400, "tools must be a list", "invalid_tools", "tools")
-    for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            message = f"tools[{i}] must be {{type: function, function: {{name, ...}}}}"
-            raise BadRequest(400, message, "invalid_tools", f"tools[{i}]")
-        schema = function.get("parameters", {})
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise BadRequest(
-                400,
-                f"tools[{i}].function.parameters is not a valid JSON Schema: {exc.message}",
-                "invalid_tools",
-                f"tools[{i}].function.parameters",
-            ) from None
-
-
-def _check_messages(messages: Any) -> None:
-    # vLLM answers 500 for messages null or a list of non-objects.
-    if not isinstance(messages, list) or not messages:
-        text = "messages must be a non-empty list of message objects"
-        raise BadRequest(400, text, "invalid_messages", "messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            text = f"messages[{i}] must be an object with a string role"
-            raise BadRequest(400, text, "invalid_messages", f"messages[{i}]")
+async def read_body(receive: Any, limit: int, drain: int = DRAIN_LIMIT) -> bytes | None:
+    """The body, read in chunks; None if the client went away. Past ``limit`` the chunks
+    are dropped (read on up to ``drain`` bytes) and TooLarge is raised."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        more = message.get("more_body", False)
+        if size > limit:
+            chunks.clear()
+            if not more or size > drain:
+                raise TooLarge(size, not more)
+            continue
+        chunks.append(chunk)
+        if not more:
+            return b"".join(chunks)
 
 
-def check_body(route: str, content_type: str, body: bytes, max_body: int) -> None:
-    """Raise BadRequest naming the problem; return when the body may go on."""
-    if len(body) > max_body:
-        raise BadRequest(
-            413, f"request body is {len(body)} bytes; the limit is {max_body}", "body_too_large"
-        )
-    if content_type.split(";")[0].strip().lower() != "application/json":
-        raise BadRequest(
-            415,
-            f"Content-Type must be application/json, got {content_type or 'none'!r}",
-            "unsupported_media_type",
-        )
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest(
-            400, f"request body is not valid UTF-8 (byte {exc.start})", "invalid_encoding"
-        ) from None
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
-    if not isinstance(payload, dict):
-        raise BadRequest(400, "request body must be a JSON object", "invalid_json")
-    unknown = sorted(set(payload) - known_fields(route))
-    if unknown:
-        raise BadRequest(
-            400, f"unknown field(s) {', '.join(unknown)} for {route}", "unknown_field", unknown[0]
-        )
-    if route == "/v1/chat/completions":
-        _check_messages(payload.get("messages"))
-    if route == "/v1/completions" and payload.get("prompt") in ("", []):
-        raise BadRequest(400, "prompt must not be empty", "empty_prompt", "prompt")
-    stop = payload.get("stop")
-    if isinstance(stop, list) and len(stop) > MAX_STOP:
-        raise BadRequest(
-            400, f"stop has {len(stop)} entries; at most {MAX_STOP}", "too_many_stop", "stop"
-        )
-    n = payload.get("n")
-    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_N:
-        raise BadRequest(400, f"n={n} exceeds the limit of {MAX_N}", "n_too_large", "n")
-    if "tools" in payload and payload["tools"] is not None:
-        _check_tools(payload["tools"])
+def content_type_error(headers: list[tuple[bytes, bytes]]) -> str | None:
+    value = next((v for k, v in headers if k.lower() == b"content-type"), b"")
+    text = value.decode("latin-1")
+    if text.split(";")[0].strip().lower() == "application/json":
+        return None
+    return f"Content-Type must be application/json, got {text or 'none'!r}"
 
 
 class RequestGuard:
-    """ASGI middleware: buffer the body of a guarded POST (up to the limit), check it,
-    then replay it to the app."""
+    """ASGI middleware: the input policy of every inference POST route."""
 
-    def __init__(self, app: Any, max_body: int | None = None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        max_body: int | None = None,
+        max_output_tokens: int | None = None,
+    ) -> None:
         self.app = app
         self.max_body = max_body or int(os.environ.get(MAX_BODY_ENV, DEFAULT_MAX_BODY))
+        self.max_output_tokens = max_output_tokens
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if (
-            scope["type"] != "http"
-            or scope.get("method") != "POST"
-            or scope.get("path") not in GUARDED_ROUTES
-        ):
+        if scope["type"] != "http" or scope.get("method") != "POST":
             return await self.app(scope, receive, send)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        body = bytearray()
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body.extend(message.get("body", b""))
-            more = message.get("more_body", False)
-            if len(body) > self.max_body:
-                break  # do not buffer an oversized body
+        route = scope.get(ROUTE) or TABLE.match(scope.get("path", ""))
+        if route is None or route.kind is not Kind.INFERENCE:
+            return await self.app(scope, receive, send)
+        rule = RULES.get(route.path)
+        if rule is None:  # an inference route no rule reads: closed until it has one
+            text = f"{route.label} has no input policy in this gateway"
+            return await send_error(send, 404, text, "not_found_error", "route_not_served")
         try:
-            check_body(scope["path"], headers.get("content-type", ""), bytes(body), self.max_body)
+            body = await self._read(scope, receive, bool(rule.model))
+            if body is None:
+                return
+            checked = check(route.path, body, self.max_output_tokens)
         except BadRequest as exc:
             return await send_error(send, exc.status, str(exc), "invalid_request_error", exc.code)
-
+        if checked.request is not None:  # a route that reads no body reserves nothing
+            scope[CHECKED] = checked
         replayed = False
 
         async def replay() -> dict:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _read(self, scope: dict, receive: Any, json_body: bool) -> bytes | None:
+        headers = scope.get("headers", [])
+        declared = declared_length(headers)
+        limit = f"the limit is {self.max_body}"
+        if declared is not None and declared > DRAIN_LIMIT:
+            text = f"request body is {declared} bytes; {limit}"
+            raise BadRequest(413, text, "body_too_large")
+        try:
+            body = await read_body(receive, self.max_body)
+        except TooLarge as exc:
+            size = f"{exc.size} bytes" if exc.complete else f"over {exc.size} bytes"
+            raise BadRequest(413, f"request body is {size}; {limit}", "body_too_large") from None
+        if body and (json_body or body.strip()):
+            problem = content_type_error(headers)
+            if problem is not None:
+                raise BadRequest(415, problem, "unsupported_media_type")
+        return body

@@ -1,7 +1,8 @@
 """The route table: every route the engine replica's app mounts, with its class. One
 source of truth for who may call what (``auth``), what the served OpenAPI schema shows
-a key (``schema_view``), which routes count against the per-key limits (``limits``)
-and the metrics' route labels.
+a key (``schema_view``), which routes take the input checks and count against the
+per-key limits (every inference route: ``request_guard``, ``limits``) and the metrics'
+route labels.
 
 Classes:
 - inference: inference keys and admin keys (anyone while auth is off);
@@ -49,7 +50,6 @@ class Route:
     mounted: str  # when it is mounted
     source: str  # the file that mounts it
     needs: str | None = None  # engine argument without which the route is off
-    generates: bool = False  # runs generation: counts against the per-key limits
     prefix: bool = False  # a Mount: the path and everything below it
     why: str = ""  # for off and control routes
     since: str = ""  # the first supported vLLM that mounts it ("": all of them)
@@ -86,7 +86,6 @@ DOCS = {"why": "browser docs: the served schema is /openapi.json, with a key"}
 STATE = {"why": "changes engine state"}
 NOT_OURS = {"why": "not part of the API this deployment serves"}
 SCALE_OUT = {"why": "scale-out serving (render, tokens in and out) is not fronted here"}
-GEN = {"generates": True}
 
 ROUTES: tuple[Route, ...] = (
     *_routes(
@@ -128,11 +127,11 @@ ROUTES: tuple[Route, ...] = (
         "Ray Serve LLM (LLMServer; OpenAiIngress on serving.path ingress)",
         ("/v1/models/{model:path}", "GET", INF),
     ),
-    *_routes(OPENAI + "completion/api_router.py", ALWAYS, ("/v1/completions", "POST", INF, GEN)),
+    *_routes(OPENAI + "completion/api_router.py", ALWAYS, ("/v1/completions", "POST", INF)),
     *_routes(
         OPENAI + "chat_completion/api_router.py",
         ALWAYS,
-        ("/v1/chat/completions", "POST", INF, GEN),
+        ("/v1/chat/completions", "POST", INF),
         (
             "/v1/chat/completions/batch",
             "POST",
@@ -143,14 +142,14 @@ ROUTES: tuple[Route, ...] = (
     *_routes(
         OPENAI + "responses/api_router.py",
         ALWAYS,
-        ("/v1/responses", "POST", INF, GEN),
+        ("/v1/responses", "POST", INF),
         ("/v1/responses/{response_id}", "GET", INF),
         ("/v1/responses/{response_id}/cancel", "POST", INF),
     ),
     *_routes(
         "vllm/entrypoints/anthropic/api_router.py",
         ALWAYS,
-        ("/v1/messages", "POST", INF, GEN),
+        ("/v1/messages", "POST", INF),
         ("/v1/messages/count_tokens", "POST", INF),
     ),
     *_routes(

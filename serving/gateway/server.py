@@ -45,7 +45,11 @@ class Dsv4Server(LLMServer):
         # Routes that need an engine feature (elastic EP, ...) are off unless it is on.
         features = enabled_features(self._llm_config.engine_kwargs)
         models = [self._llm_config.model_id]
-        wrap_app(app, models=models, options=self._gateway, liveness=liveness, features=features)
+        options = self._gateway
+        if options.max_output_tokens is None:  # no request may ask past the context
+            context = self._llm_config.engine_kwargs.get("max_model_len")
+            options = options.model_copy(update={"max_output_tokens": context})
+        wrap_app(app, models=models, options=options, liveness=liveness, features=features)
         if replica := this_replica():  # outermost: errors from the gateway carry it too
             app.add_middleware(ReplicaHeader, replica_id=replica)
         return app

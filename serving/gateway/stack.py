@@ -43,6 +43,8 @@ class GatewayOptions(BaseModel):
     # Per API key (serving/gateway/limits.py); None: no limit.
     key_max_concurrent: int | None = Field(None, ge=1)
     key_tokens_per_minute: int | None = Field(None, ge=1)
+    # The most output tokens a request may ask for (the engine's max_model_len); None: no cap.
+    max_output_tokens: int | None = Field(None, ge=1)
 
 
 def wrap_app(
@@ -53,10 +55,11 @@ def wrap_app(
     features: frozenset[str] = frozenset(),
 ) -> None:
     """Put the gateway around a FastAPI app, outermost first: metrics (see every
-    request), keys and the route table, the schema each key sees, input checks, the
-    per-key limits, overload answers (Retry-After, JSON body), errors after acceptance,
-    and the admission limits where the gateway enforces them. ``features``: the engine
-    arguments that are on (routes that need one are off without it)."""
+    request), keys and the route table, the schema each key sees, the input checks (every
+    inference route's body, read before anything else buffers it), the per-key limits,
+    overload answers (Retry-After, JSON body), errors after acceptance, and the admission
+    limits where the gateway enforces them. ``features``: the engine arguments that are
+    on (routes that need one are off without it)."""
     unclassified = TABLE.unclassified(app.routes)
     UNCLASSIFIED_ROUTES.set(len(unclassified))
     if unclassified:  # denied (404) until serving/gateway/routes.py classifies them
@@ -81,7 +84,7 @@ def wrap_app(
         max_concurrent=options.key_max_concurrent,
         tokens_per_minute=options.key_tokens_per_minute,
     )
-    app.add_middleware(RequestGuard)
+    app.add_middleware(RequestGuard, max_output_tokens=options.max_output_tokens)
     keys = KeyRing()
     for source in (keys.inference, keys.admin):
         if source.configured() and not source.keys():  # fails closed; say why

@@ -1,6 +1,6 @@
 """Per-key limits: the budgets on a clock of their own, the cost estimate and the usage
 read back, and the middleware in the gateway stack with two keys, one over its limit
-and one not."""
+and one not, on every inference route."""
 
 import asyncio
 import json
@@ -13,14 +13,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from serving.gateway import metrics
+from serving.gateway.input_policy import DEFAULT_OUTPUT_RESERVATION, check
 from serving.gateway.keys import key_id
-from serving.gateway.limits import (
-    DEFAULT_OUTPUT_RESERVATION,
-    KeyBudgets,
-    answer_usage,
-    reservation,
-    usage_tokens,
-)
+from serving.gateway.limits import KeyBudgets, answer_usage, usage_tokens
 from serving.gateway.stack import GatewayOptions, wrap_app
 
 FLOOD, STEADY = "flood-key-0123", "steady-key-0123"
@@ -62,19 +57,19 @@ def test_tokens_per_minute_bucket_goes_into_debt_and_says_when_it_is_repaid():
 
 
 @pytest.mark.parametrize(
-    "body,output",
+    "route,body,output",
     [
-        (b'{"prompt": "abcd", "max_tokens": 10}', 10),
-        (b'{"messages": [], "max_completion_tokens": 7, "n": 2}', 14),
-        (b'{"input": "hi", "max_output_tokens": 5}', 5),
-        (b'{"prompt": "x"}', DEFAULT_OUTPUT_RESERVATION),
-        (b'{"prompt": "x", "max_tokens": true}', DEFAULT_OUTPUT_RESERVATION),
-        (b'{"prompt": "x", "max_tokens": -3}', DEFAULT_OUTPUT_RESERVATION),
-        (b"not json", 0),
+        ("/v1/completions", b'{"prompt": "abcd", "max_tokens": 10}', 10),
+        ("/v1/completions", b'{"prompt": "abcd", "max_tokens": "10"}', 10),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user"}], "n": 2, "max_tokens": 7}', 14),
+        ("/v1/responses", b'{"input": "hi", "max_output_tokens": 5e0}', 5),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user"}]}', DEFAULT_OUTPUT_RESERVATION),
+        ("/v1/completions", b'{"prompt": ["a", "b"], "max_tokens": 3}', 6),
+        ("/tokenize", b'{"prompt": "x"}', 0),
     ],
 )
-def test_reservation_is_prompt_bytes_over_four_plus_the_output_asked_for(body, output):
-    assert reservation(body) == math.ceil(len(body) / 4) + output
+def test_reservation_is_prompt_bytes_over_four_plus_the_output_vllm_allows(route, body, output):
+    assert check(route, body).reservation == math.ceil(len(body) / 4) + output
 
 
 def test_usage_is_read_in_every_api_shape():
@@ -127,6 +122,13 @@ def _app(options: GatewayOptions, release: asyncio.Event | None = None) -> FastA
     @app.get("/v1/models")
     async def models():
         return {"data": []}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = await request.json()
+        if release is not None:
+            await release.wait()
+        return {"count": len(body["prompt"]), "max_model_len": 4096, "tokens": []}
 
     wrap_app(app, models=["m"], options=options)
     return app
@@ -251,3 +253,48 @@ async def _post(app, body, headers):
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
         return await client.post("/v1/completions", json=body, headers=headers)
+
+
+def test_tokenize_counts_against_the_key_limits(two_keys):
+    flood_id = key_id(FLOOD.encode())
+    app = _app(GatewayOptions(key_tokens_per_minute=60, key_max_concurrent=1))
+    tokens_before = _sample("dsv4_gateway_key_tokens_total", key_id=flood_id)
+    prompt = {"model": "m", "prompt": "x" * 400}  # about 110 tokens reserved: bytes / 4
+    headers = {"Authorization": f"Bearer {FLOOD}"}
+
+    async def run():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            first = await client.post("/tokenize", json=prompt, headers=headers)
+            second = await client.post("/tokenize", json=prompt, headers=headers)
+            other = await client.post(
+                "/tokenize", json=prompt, headers={"Authorization": f"Bearer {STEADY}"}
+            )
+            return first, second, other
+
+    first, second, other = asyncio.run(run())
+    assert first.status_code == 200 and other.status_code == 200
+    assert second.status_code == 429 and second.json()["error"]["code"] == "key_tokens_limit"
+    charged = _sample("dsv4_gateway_key_tokens_total", key_id=flood_id) - tokens_before
+    assert charged == math.ceil(len(json.dumps(prompt)) / 4)
+
+
+def test_a_key_at_its_concurrency_cap_waits_on_tokenize_too(two_keys):
+    async def run():
+        release = asyncio.Event()
+        app = _app(GatewayOptions(key_max_concurrent=1), release)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            headers = {"Authorization": f"Bearer {FLOOD}"}
+            held = asyncio.create_task(
+                client.post("/v1/completions", json=_body(), headers=headers)
+            )
+            await asyncio.sleep(0.2)
+            body = {"model": "m", "prompt": "x"}
+            refused = await client.post("/tokenize", json=body, headers=headers)
+            release.set()
+            return await held, refused
+
+    held, refused = asyncio.run(run())
+    assert held.status_code == 200
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "key_concurrency_limit"

@@ -100,15 +100,20 @@ def test_mounted_routes_without_a_path_are_listed_not_skipped():
     assert TABLE.unclassified([LazyRouter()]) == [("<LazyRouter without a path>", [])]
 
 
-def test_only_generation_routes_count_against_the_key_limits():
-    generating = {r.path for r in ROUTES if r.generates}
+def test_every_inference_post_route_has_an_input_rule():
+    """One input policy for every inference route that takes a body: the checks and the
+    per-key limits apply to each (serving/gateway/input_policy.py)."""
+    from serving.gateway.input_policy import RULES
+
+    posts = {r.path for r in ROUTES if r.kind is Kind.INFERENCE and "POST" in r.methods}
+    assert posts == set(RULES)
+    generating = {path for path, rule in RULES.items() if rule.generates}
     assert generating == {
         "/v1/completions",
         "/v1/chat/completions",
         "/v1/responses",
         "/v1/messages",
     }
-    assert all(TABLE.match(p).kind is Kind.INFERENCE for p in generating)
 
 
 def test_mounted_reads_methods_of_routes_and_mounts():

@@ -1,4 +1,5 @@
-"""The gateway's ASGI middleware on a small Starlette app (no Ray): auth and metrics."""
+"""The gateway's ASGI middleware on a small Starlette app (no Ray): auth, metrics,
+admission and the answers to failures."""
 
 import asyncio
 import os
@@ -15,6 +16,8 @@ from serving.gateway import metrics
 from serving.gateway.admission import Admission, EngineLiveness, ray_limits
 from serving.gateway.auth import ApiKeyAuth, KeySource, key_matches
 from serving.gateway.failures import FailureAnswers
+from serving.gateway.input_policy import check
+from serving.gateway.request_guard import RequestGuard
 
 
 async def _completions(request):
@@ -27,7 +30,7 @@ async def _completions(request):
                 yield f"data: {word}\n\n"
 
         return StreamingResponse(chunks(), media_type="text/event-stream")
-    if body.get("overload"):
+    if body.get("prompt") == "overload":
         return JSONResponse({"error": "busy"}, status_code=503)
     return JSONResponse({"ok": True})
 
@@ -40,6 +43,7 @@ def _app(source: KeySource) -> Starlette:
     app = Starlette(
         routes=[Route("/v1/completions", _completions, methods=["POST"]), Route("/health", _health)]
     )
+    app.add_middleware(RequestGuard)
     app.add_middleware(ApiKeyAuth, source=source)
     app.add_middleware(metrics.GatewayMetrics, models=["gw-model", "m"])
     return app
@@ -64,24 +68,28 @@ def client_for(source: KeySource) -> httpx.Client:
 
 def test_no_keys_means_auth_off():
     with client_for(KeySource(env={})) as c:
-        assert c.post("/v1/completions", json={"model": "m"}).status_code == 200
+        assert c.post("/v1/completions", json={"model": "m", "prompt": "x"}).status_code == 200
 
 
 def test_keys_are_required_and_checked():
     with client_for(KeySource(env={"DSV4_API_KEYS": "k1, k2"})) as c:
-        missing = c.post("/v1/completions", json={"model": "m"})
+        missing = c.post("/v1/completions", json={"model": "m", "prompt": "x"})
         assert missing.status_code == 401
         assert missing.json()["error"]["code"] == "missing_api_key"
         assert missing.headers["www-authenticate"] == "Bearer"
         wrong = c.post(
-            "/v1/completions", json={"model": "m"}, headers={"Authorization": "Bearer nope"}
+            "/v1/completions",
+            json={"model": "m", "prompt": "x"},
+            headers={"Authorization": "Bearer nope"},
         )
         assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
         basic = c.post("/v1/completions", json={}, headers={"Authorization": "Basic azE="})
         assert basic.status_code == 401
         for key in ("k1", "k2"):
             ok = c.post(
-                "/v1/completions", json={"model": "m"}, headers={"Authorization": f"Bearer {key}"}
+                "/v1/completions",
+                json={"model": "m", "prompt": "x"},
+                headers={"Authorization": f"Bearer {key}"},
             )
             assert ok.status_code == 200
         assert c.get("/health").status_code == 200  # probes stay open
@@ -103,7 +111,9 @@ def test_a_configured_but_missing_key_file_fails_closed(tmp_path: Path):
     assert source.configured() and not source.keys()
     with client_for(source) as c:
         refused = c.post(
-            "/v1/completions", json={"model": "m"}, headers={"Authorization": "Bearer x"}
+            "/v1/completions",
+            json={"model": "m", "prompt": "x"},
+            headers={"Authorization": "Bearer x"},
         )
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "no_server_keys"
         assert c.get("/health").status_code == 200
@@ -144,10 +154,10 @@ def test_metrics_count_requests_latency_streams_and_rejections():
     before = now()
     with client_for(KeySource(env={"DSV4_API_KEYS": "k"})) as c:
         auth = {"Authorization": "Bearer k"}
-        c.post(route, json={"model": model}, headers=auth)
-        c.post(route, json={"model": model, "stream": True}, headers=auth)
-        c.post(route, json={"model": model, "overload": True}, headers=auth)
-        c.post(route, json={"model": model})  # no key
+        c.post(route, json={"model": model, "prompt": "x"}, headers=auth)
+        c.post(route, json={"model": model, "prompt": "x", "stream": True}, headers=auth)
+        c.post(route, json={"model": model, "prompt": "overload"}, headers=auth)
+        c.post(route, json={"model": model, "prompt": "x"})  # no key
     after = now()
     added = {key: after[key] - before[key] for key in names}
     assert added == {"ok": 2, "e2e": 2, "itl": 2, "rej": 1, "401": 1}
@@ -157,14 +167,15 @@ def test_metrics_count_requests_latency_streams_and_rejections():
 @pytest.mark.parametrize(
     "body,expected",
     [
-        (b'{"model": "x"}', "x"),
-        (b'{"model": "not-served"}', "unknown"),
-        (b"not json", "unknown"),
-        (b"[1]", "unknown"),
+        (b'{"model": "x", "prompt": "p"}', "x"),
+        (b'{"model": "not-served", "prompt": "p"}', "unknown"),
+        (b'{"prompt": "p"}', "unknown"),
+        (None, "none"),  # no body read: refused before, or a route without one
     ],
 )
-def test_model_label_comes_from_the_body_and_only_names_served_models(body: bytes, expected: str):
-    assert metrics._model_of(body, frozenset({"x"})) == expected
+def test_model_label_comes_from_the_checked_body_and_only_names_served_models(body, expected):
+    checked = check("/v1/completions", body) if body is not None else None
+    assert metrics.model_label(checked, frozenset({"x"})) == expected
 
 
 @pytest.mark.parametrize(
