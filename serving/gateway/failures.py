@@ -1,10 +1,12 @@
-"""An accepted request either completes or ends in an OpenAI-style error, never in a
-silent close that looks like a complete answer.
+"""A request either completes or ends in an OpenAI-style error, never in a silent close
+that looks like a complete answer, nor in Starlette's plain-text 500.
 
 vLLM's handlers already turn engine errors into a JSON 5xx (non-streamed) or an
-``error`` event (streamed). This is the net under them for whatever escapes an app
-after it started answering: a stream gets an ``error`` event and ``[DONE]``; an
-answer that never started gets a 500 JSON error.
+``error`` event (streamed). This is the net under them and under every layer of the
+gateway, the outermost of its middleware: whatever escapes a stream after it started
+answering ends it with an ``error`` event and ``[DONE]``; an answer that never started
+gets a 500 JSON error (with ``headers``, the replica's header, since this layer sits
+outside the one that adds it).
 """
 
 import json
@@ -20,8 +22,9 @@ def error_event(message: str, code: int = 500) -> bytes:
 
 
 class FailureAnswers:
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self.app = app
+        self.headers = list(headers or [])
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -40,11 +43,11 @@ class FailureAnswers:
         try:
             await self.app(scope, receive, watched)
         except Exception as exc:
-            logger.exception("request failed after it was accepted")
+            logger.exception("request failed: %s", type(exc).__name__)
             text = f"the server failed while answering: {type(exc).__name__}"
             if not state["started"]:
                 body = error_event(text)[len("data: ") :].split(b"\n\n")[0]
-                headers = [(b"content-type", b"application/json")]
+                headers = [(b"content-type", b"application/json"), *self.headers]
                 await send({"type": "http.response.start", "status": 500, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
             elif state["stream"] and not state["ended"]:

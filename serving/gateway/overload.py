@@ -14,7 +14,7 @@ def openai_error_body(status: int, text: str) -> bytes:
     try:
         if isinstance(json.loads(text).get("error"), dict):
             return text.encode()
-    except (ValueError, AttributeError):
+    except Exception:  # not JSON (Ray's plain text), or not an object
         pass
     kind = "rate_limit_error" if status == 429 else "service_unavailable"
     error = {"message": text.strip() or "overloaded", "type": kind, "param": None, "code": status}

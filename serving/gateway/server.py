@@ -17,7 +17,7 @@ from ray.serve.llm import LLMServer
 from serving.gateway import guard_metrics
 from serving.gateway.admission import EngineLiveness
 from serving.gateway.metrics import REGISTRY, publish_engine_status
-from serving.gateway.replica_header import ReplicaHeader, this_replica
+from serving.gateway.replica_header import this_replica
 from serving.gateway.routes import enabled_features
 from serving.gateway.stack import GatewayOptions, start_metrics_server, wrap_app
 
@@ -49,9 +49,14 @@ class Dsv4Server(LLMServer):
         if options.max_output_tokens is None:  # no request may ask past the context
             context = self._llm_config.engine_kwargs.get("max_model_len")
             options = options.model_copy(update={"max_output_tokens": context})
-        wrap_app(app, models=models, options=options, liveness=liveness, features=features)
-        if replica := this_replica():  # outermost: errors from the gateway carry it too
-            app.add_middleware(ReplicaHeader, replica_id=replica)
+        wrap_app(
+            app,
+            models=models,
+            options=options,
+            liveness=liveness,
+            features=features,
+            replica_id=this_replica(),
+        )
         return app
 
     async def _engine_alive(self) -> bool:

@@ -22,6 +22,7 @@ from serving.gateway.metrics import (
     publish_served_models,
 )
 from serving.gateway.overload import OverloadResponses
+from serving.gateway.replica_header import HEADER, ReplicaHeader
 from serving.gateway.request_guard import RequestGuard
 from serving.gateway.routes import TABLE
 from serving.gateway.schema_view import ServedSchema
@@ -53,13 +54,15 @@ def wrap_app(
     options: GatewayOptions,
     liveness: EngineLiveness | None = None,
     features: frozenset[str] = frozenset(),
+    replica_id: str = "",
 ) -> None:
-    """Put the gateway around a FastAPI app, outermost first: metrics (see every
+    """Put the gateway around a FastAPI app, outermost first: failure answers (whatever
+    any layer below raises answers in JSON), the replica's header, metrics (see every
     request), keys and the route table, the schema each key sees, the input checks (every
     inference route's body, read before anything else buffers it), the per-key limits,
-    overload answers (Retry-After, JSON body), errors after acceptance, and the admission
-    limits where the gateway enforces them. ``features``: the engine arguments that are
-    on (routes that need one are off without it)."""
+    overload answers (Retry-After, JSON body) and the admission limits where the gateway
+    enforces them. ``features``: the engine arguments that are on (routes that need one
+    are off without it)."""
     unclassified = TABLE.unclassified(app.routes)
     UNCLASSIFIED_ROUTES.set(len(unclassified))
     if unclassified:  # denied (404) until serving/gateway/routes.py classifies them
@@ -70,6 +73,7 @@ def wrap_app(
     # rebuilds the stack, with ours, on the first request.
     app.middleware_stack = None
     app.add_exception_handler(HTTPException, http_exception_as_openai)
+    # Starlette puts the middleware added last outermost.
     if options.max_ongoing_requests is not None:
         app.add_middleware(
             Admission,
@@ -77,7 +81,6 @@ def wrap_app(
             max_queued=options.max_queued_requests,
             liveness=liveness,
         )
-    app.add_middleware(FailureAnswers)
     app.add_middleware(OverloadResponses)
     app.add_middleware(
         KeyLimits,
@@ -92,6 +95,11 @@ def wrap_app(
     app.add_middleware(ServedSchema, keys=keys, features=features)
     app.add_middleware(ApiKeyAuth, keys=keys, features=features)
     app.add_middleware(GatewayMetrics, models=models)
+    headers = []
+    if replica_id:
+        app.add_middleware(ReplicaHeader, replica_id=replica_id)
+        headers.append((HEADER, replica_id.encode()))
+    app.add_middleware(FailureAnswers, headers=headers)
 
 
 def start_metrics_server(options: GatewayOptions) -> None:

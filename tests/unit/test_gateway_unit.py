@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 from starlette.applications import Starlette
+from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
@@ -289,3 +290,44 @@ def test_the_gateway_names_the_model_as_vllm_and_the_rules_do():
     for family in (*per_request, metrics.THRESHOLDS):
         labels = family._labelnames  # prometheus-client keeps no public accessor
         assert "model_name" in labels and "model" not in labels, (family, labels)
+
+
+def _layers(app) -> list[str]:
+    """The middleware stack Starlette builds, outermost first."""
+    names, layer = [], app.build_middleware_stack()
+    while hasattr(layer, "app"):
+        names.append(type(layer).__name__)
+        layer = layer.app
+    return names
+
+
+def test_whatever_a_layer_raises_answers_json_from_the_outermost_layer(monkeypatch):
+    from fastapi import FastAPI
+
+    from serving.gateway.replica_header import HEADER
+    from serving.gateway.stack import GatewayOptions, wrap_app
+
+    for name in ("DSV4_API_KEYS", "DSV4_ADMIN_KEYS", "DSV4_API_KEYS_FILE", "DSV4_ADMIN_KEYS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    app = FastAPI()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    wrap_app(app, models=["m"], options=GatewayOptions(), replica_id="r-1")
+    layers = _layers(app)
+    # Starlette's own error layer is always first; ours comes next, above every gateway layer.
+    assert layers[:4] == [
+        "ServerErrorMiddleware",
+        "FailureAnswers",
+        "ReplicaHeader",
+        "GatewayMetrics",
+    ]
+    labels = {"route": "/v1/completions", "model_name": "m", "status": "500"}
+    before = _sample("dsv4_gateway_requests_total", **labels)
+    client = httpx.Client(transport=_SyncASGI(app), base_url="http://gw")
+    answer = client.post("/v1/completions", json={"model": "m", "prompt": "x"})
+    assert answer.status_code == 500 and answer.headers[HEADER.decode()] == "r-1"
+    assert answer.json()["error"]["message"].endswith("RecursionError")
+    assert _sample("dsv4_gateway_requests_total", **labels) == before + 1  # not lost
