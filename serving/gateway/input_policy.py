@@ -108,7 +108,7 @@ RULES: dict[str, BodyRule] = {
 
 @dataclass(frozen=True)
 class Checked:
-    """A body that passed: what the per-key limits and the metrics read."""
+    """A body that passed: what the limits, the metrics and the tenancy checks read."""
 
     route: str
     size: int  # bytes

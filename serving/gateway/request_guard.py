@@ -4,7 +4,7 @@ before anything else buffers it: the body is read in chunks and refused with 413
 it passes the limit, so no more than the limit is held; then it must be JSON of the
 route's shape, checked by ``input_policy.check``. A body that passes goes on to the app
 unchanged, with what the checks found in the scope (``CHECKED``) for the per-key
-limits and the metrics.
+limits, the metrics and the stored-response tenancy.
 
 An oversized body is read on (and dropped) up to ``DRAIN_LIMIT`` before the 413 is
 sent, so a client that is still sending reads the answer rather than a reset

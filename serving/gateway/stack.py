@@ -26,6 +26,7 @@ from serving.gateway.replica_header import HEADER, ReplicaHeader
 from serving.gateway.request_guard import RequestGuard
 from serving.gateway.routes import TABLE
 from serving.gateway.schema_view import ServedSchema
+from serving.gateway.tenancy import ResponseOwners
 
 METRICS_PORT_ENV = "DSV4_GATEWAY_METRICS_PORT"
 DEFAULT_METRICS_PORT = 9464
@@ -60,9 +61,9 @@ def wrap_app(
     any layer below raises answers in JSON), the replica's header, metrics (see every
     request), keys and the route table, the schema each key sees, the input checks (every
     inference route's body, read before anything else buffers it), the per-key limits,
-    overload answers (Retry-After, JSON body) and the admission limits where the gateway
-    enforces them. ``features``: the engine arguments that are on (routes that need one
-    are off without it)."""
+    stored-response tenancy, overload answers (Retry-After, JSON body) and the admission
+    limits where the gateway enforces them. ``features``: the engine arguments that are
+    on (routes that need one are off without it)."""
     unclassified = TABLE.unclassified(app.routes)
     UNCLASSIFIED_ROUTES.set(len(unclassified))
     if unclassified:  # denied (404) until serving/gateway/routes.py classifies them
@@ -82,6 +83,7 @@ def wrap_app(
             liveness=liveness,
         )
     app.add_middleware(OverloadResponses)
+    app.add_middleware(ResponseOwners)
     app.add_middleware(
         KeyLimits,
         max_concurrent=options.key_max_concurrent,
