@@ -406,3 +406,14 @@ def test_http_exceptions_answer_in_openai_shape():
         "param": None,
         "code": 404,
     }
+
+
+def test_the_api_page_names_every_route_the_policy_reads():
+    from tests.support.paths import ROOT
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    section = page[page.index("**Input checks**") : page.index("**Stored responses**")]
+    named = {CANCEL: "its cancel route", COUNT: "`/count_tokens`"}
+    for route in RULES:
+        label = named.get(route, f"`{route}`")
+        assert label in section, f"docs/api.md's input checks do not name {route}"
