@@ -3,6 +3,9 @@ and one steady. The flooding key is held to its concurrency cap and then to its 
 per minute, answered 429 with Retry-After; the steady key is never refused, and its
 p90 time to first token under the flood is reported against its value alone (a ratio
 in ``key_limits.json``, not a timed assertion: the issue's bound is 1.5x).
+
+With more keys on the same app: /tokenize counts against a key's tokens per minute, and
+a stored response (vLLM's store on) is read only by the key that created it.
 """
 
 import asyncio
@@ -18,6 +21,7 @@ from tests.support.ray_app import ray_app
 
 pytestmark = pytest.mark.slow
 FLOOD_KEY, STEADY_KEY = "flood-key-0123456789", "steady-key-0123456789"
+TENANT_KEY, TOKENIZE_KEY = "tenant-key-0123456789", "tokenize-key-0123456789"
 MODEL = "dsv4-golden"
 MAX_CONCURRENT = 2
 TOKENS_PER_MINUTE = 1800  # the flood spends it in seconds; the steady key never
@@ -37,13 +41,18 @@ FIGURES: dict = {}
 def app(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("key-limits")
     keys_file = tmp / "keys"
-    keys_file.write_text(f"{STEADY_KEY}\n")  # the second key: DSV4_API_KEYS holds the first
+    # The other keys, as people write the file: DSV4_API_KEYS holds the first.
+    keys_file.write_text(
+        f"# per-key limits\r\n{STEADY_KEY}\r\n   # {FLOOD_KEY}-old\n"
+        f"{TENANT_KEY}   # stored responses\n{TOKENIZE_KEY}\n"
+    )
     limits = [
         *("--set", f"deployment.per_key.max_concurrent={MAX_CONCURRENT}"),
         *("--set", f"deployment.per_key.tokens_per_minute={TOKENS_PER_MINUTE}"),
     ]
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DSV4_API_KEYS_FILE", str(keys_file))
+        env.setenv("VLLM_ENABLE_RESPONSES_API_STORE", "1")  # vLLM keeps /v1/responses answers
         with ray_app(tmp / "up.log", FLOOD_KEY, extra=limits) as running:
             yield running
     (tmp / "key_limits.json").write_text(json.dumps(FIGURES, indent=2))
@@ -191,3 +200,41 @@ def test_two_keys_one_flooding_one_steady(app):
     assert total(samples, "dsv4_gateway_key_tokens_total", key_id=steady_id) > 0
     page = httpx.get(f"http://127.0.0.1:{app['ports']['gateway']}/metrics", timeout=30).text
     assert FLOOD_KEY not in page and STEADY_KEY not in page
+
+
+def test_tokenize_counts_against_the_key_limits(app):
+    tokenize_id = key_id(TOKENIZE_KEY.encode())
+    # About 25000 tokens reserved (bytes / 4): past the key's 1800 a minute in one request.
+    body = {"model": MODEL, "prompt": "neti " * 20_000}
+    with httpx.Client(base_url=app["base"], headers=_headers(TOKENIZE_KEY), timeout=120) as c:
+        first = c.post("/tokenize", json=body)
+        second = c.post("/tokenize", json={"model": MODEL, "prompt": "neti"})
+        detokenize = c.post("/detokenize", json={"model": MODEL, "tokens": [1, 2]})
+    assert first.status_code == 200 and first.json()["count"] > 0, first.text[:300]
+    for refused in (second, detokenize):
+        assert refused.status_code == 429, refused.text[:300]
+        assert refused.json()["error"]["code"] == "key_tokens_limit"
+        assert int(refused.headers["retry-after"]) > 60
+    samples = _gateway(app)
+    assert total(samples, "dsv4_gateway_key_tokens_total", key_id=tokenize_id) >= 25_000
+    assert total(samples, "dsv4_gateway_key_rejected_total", key_id=tokenize_id) == 2
+
+
+def test_a_stored_response_is_read_only_by_the_key_that_created_it(app):
+    body = {"model": MODEL, "input": "neti sinu", "max_output_tokens": 4, "temperature": 0}
+    with httpx.Client(base_url=app["base"], timeout=120) as client:
+        created = client.post("/v1/responses", json=body, headers=_headers(TENANT_KEY))
+        assert created.status_code == 200, created.text[:500]
+        rid = created.json()["id"]
+        own = client.get(f"/v1/responses/{rid}", headers=_headers(TENANT_KEY))
+        other = client.get(f"/v1/responses/{rid}", headers=_headers(STEADY_KEY))
+        cancel = client.post(f"/v1/responses/{rid}/cancel", headers=_headers(STEADY_KEY))
+        follow = {**body, "previous_response_id": rid}
+        continued = client.post("/v1/responses", json=follow, headers=_headers(STEADY_KEY))
+        chosen = {**body, "request_id": rid}  # would overwrite the tenant's response
+        hijack = client.post("/v1/responses", json=chosen, headers=_headers(STEADY_KEY))
+    assert own.status_code == 200 and own.json()["id"] == rid, own.text[:300]
+    for refused in (other, cancel, continued):  # as if the response did not exist
+        assert refused.status_code == 404, refused.text[:300]
+        assert refused.json()["error"]["message"] == f"Response with id '{rid}' not found."
+    assert hijack.status_code == 400 and hijack.json()["error"]["code"] == "request_id_set"

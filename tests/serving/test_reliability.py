@@ -64,6 +64,7 @@ def golden_ok(app, design: GoldenDesign, seed: int = 1) -> None:
 
 
 LONG_PROMPT = " ".join(["neti"] * 5000)
+HUGE = b"neti " * 4_000_000  # 20 MB: five times the body limit
 BAD_INPUTS = {
     # name: (route, raw body or JSON, extra headers, expected status, words the message names)
     "malformed-json": ("/v1/completions", b'{"model": "dsv4-golden", "prompt": ', {}, 400, "json"),
@@ -192,6 +193,64 @@ BAD_INPUTS = {
         "api key",
     ),
     "json-array-body": ("/v1/completions", b"[1, 2, 3]", {}, 400, "json object"),
+    # Every inference route takes the same input checks, and numbers count as vLLM reads them.
+    "oversized-body-responses": (
+        "/v1/responses",
+        b'{"model": "dsv4-golden", "input": "' + HUGE + b'"}',
+        {},
+        413,
+        "limit",
+    ),
+    "oversized-body-tokenize": (
+        "/tokenize",
+        b'{"model": "dsv4-golden", "prompt": "' + HUGE + b'"}',
+        {},
+        413,
+        "limit",
+    ),
+    "deeply-nested-json": (
+        "/v1/chat/completions",
+        b'{"model": "dsv4-golden", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        {},
+        400,
+        "json",
+    ),
+    "invalid-utf8-messages": (
+        "/v1/messages",
+        b'{"model": "dsv4-golden", "max_tokens": 4, "messages": '
+        b'[{"role": "user", "content": "\xff"}]}',
+        {},
+        400,
+        "utf-8",
+    ),
+    "lone-surrogate-tokenize": (
+        "/tokenize",
+        b'{"model": "dsv4-golden", "prompt": "neti \\ud800"}',
+        {},
+        400,
+        "surrogate",
+    ),
+    "max-tokens-string-beyond-context": (
+        "/v1/completions",
+        {"model": MODEL, "prompt": "neti", "max_tokens": "100000"},
+        {},
+        400,
+        "max_tokens=100000",
+    ),
+    "max-output-tokens-float-beyond-context": (
+        "/v1/responses",
+        {"model": MODEL, "input": "neti", "max_output_tokens": 1e5},
+        {},
+        400,
+        "max_output_tokens=100000",
+    ),
+    "n-string-too-large": (
+        "/v1/completions",
+        {"model": MODEL, "prompt": "neti", "n": "1000"},
+        {},
+        400,
+        "n=1000",
+    ),
 }
 
 
