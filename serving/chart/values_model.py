@@ -220,6 +220,31 @@ class JitCachePvc(_Strict):
     )
 
 
+class JitWarm(_Strict):
+    """The Job that fills the shared JIT cache ahead of the engines (`dsv4-serve warm`)."""
+
+    enabled: bool | None = Field(
+        None,
+        description="null: on when jitCache.type is pvc (one claim every pod shares) and a "
+        "replica fits one pod; true elsewhere fails the install",
+    )
+    waitSeconds: int = Field(
+        1800,
+        ge=0,
+        description="how long each GPU worker waits for a cache that fits before its engine "
+        "starts anyway (and compiles what the cache lacks)",
+    )
+    activeDeadlineSeconds: int = Field(
+        7200, ge=60, description="the Job's limit, all attempts together"
+    )
+    backoffLimit: int = Field(1, ge=0, description="failed warm pods the Job retries")
+    resources: RoleResources = Field(
+        RoleResources(),
+        description="the warm pod's CPU (its compile processes, whole cores) and memory; "
+        "default workers.resources. Its GPUs: one replica's, from the preset",
+    )
+
+
 class JitCache(_Strict):
     type: Literal["pvc", "hostPath", "emptyDir"] = Field(
         "pvc",
@@ -234,6 +259,7 @@ class JitCache(_Strict):
         "directory to securityContext.runAsUser; none: it exists on every node, owned by it",
     )
     pvc: JitCachePvc = JitCachePvc()
+    warm: JitWarm = JitWarm()
 
 
 class Model(_Strict):

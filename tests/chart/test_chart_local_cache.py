@@ -60,8 +60,10 @@ def test_node_cache_fills_as_the_pods_user(prepare: str, tmp_path: Path):
     _kubelet_host_path(node_dir, host_path["type"], UID if prepare == "none" else None)
     volumes = {"model": _filled_pvc(tmp_path), "model-cache": node_dir}
 
+    steps = [c for c in spec["initContainers"] if c["name"].endswith("-node-cache")]
+    assert [c["name"] for c in steps][-1] == "fill-node-cache"
     for start in ("first", "second"):  # a restarted pod finds the cache filled
-        for container in spec["initContainers"]:
+        for container in steps:
             out = run_container(container, spec, volumes, tmp_path / start)
             assert out.returncode == 0, f"{container['name']}: {out.stdout}{out.stderr}"
 

@@ -226,6 +226,15 @@ EDGE_VALUES = {
 }
 
 
+def jobs(objects: list[dict], component: str) -> list[dict]:
+    """The Jobs of one component (the JIT warm Job renders beside the others by default)."""
+    return [
+        j
+        for j in by_kind(objects, "Job")
+        if j["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+
+
 @pytest.mark.parametrize("case", sorted(EDGE_VALUES))
 def test_edge_values_render_valid_objects(case: str, tmp_path: Path, crds):
     objects = render(tmp_path, EDGE_VALUES[case])
@@ -246,7 +255,7 @@ def test_edge_values_render_valid_objects(case: str, tmp_path: Path, crds):
         assert limits["rdma/hca"] == 1 and worker["hostIPC"] is True
         assert "IPC_LOCK" in worker["containers"][0]["securityContext"]["capabilities"]["add"]
     if case.startswith("download"):
-        (job,) = by_kind(objects, "Job")
+        (job,) = jobs(objects, "model-download")
         env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert ("HF_TOKEN" in env) == (case == "download-hf-cache")
         assert ("AWS_ACCESS_KEY_ID" in env) == (case == "download-s3")
@@ -261,7 +270,7 @@ def test_edge_values_render_valid_objects(case: str, tmp_path: Path, crds):
         assert not {"NetworkPolicy", "PodDisruptionBudget", "ServiceAccount"} & set(kinds)
         assert worker["serviceAccountName"] == "default"
     if case == "bench-job":
-        (job,) = by_kind(objects, "Job")
+        (job,) = jobs(objects, "bench")
         container = job["spec"]["template"]["spec"]["containers"][0]
         assert container["command"] == ["dsv4-serve", "bench"]
         args = container["args"]

@@ -116,8 +116,7 @@ volumeMounts:
 {{- end }}
 
 {{- define "dsv4.volumes" -}}
-- name: dshm
-  emptyDir: {medium: Memory, sizeLimit: {{ .Values.workers.shmSize }}}
+{{ include "dsv4.shmVolume" . }}
 - name: api-keys
   secret: {secretName: {{ include "dsv4.apiKeySecret" . }}}
 - name: model
@@ -127,6 +126,16 @@ volumeMounts:
   {{- /* kubelet creates a missing hostPath root-owned (0755); prepare=chown fixes the owner. */}}
   hostPath: {path: {{ .Values.model.localCache.hostPath }}, type: {{ ternary "DirectoryOrCreate" "Directory" (eq .Values.model.localCache.prepare "chown") }}}
 {{- end }}
+{{ include "dsv4.jitCacheVolume" . }}
+{{- end }}
+
+{{/* /dev/shm for NCCL and the engines' processes (the workers and the JIT warm Job). */}}
+{{- define "dsv4.shmVolume" -}}
+- name: dshm
+  emptyDir: {medium: Memory, sizeLimit: {{ .Values.workers.shmSize }}}
+{{- end }}
+
+{{- define "dsv4.jitCacheVolume" -}}
 - name: jit-cache
   {{- with .Values.jitCache }}
   {{- if eq .type "pvc" }}
@@ -136,6 +145,27 @@ volumeMounts:
   {{- else }}
   emptyDir: {}
   {{- end }}
+  {{- end }}
+{{- end }}
+
+{{/* A GPU container's resources, as the worker groups set them: include with (dict "root" .
+"cpu" CPU "memory" MEMORY "rdma" BOOL). Memory and GPUs are requested and limited alike. */}}
+{{- define "dsv4.gpuResources" -}}
+{{- $root := .root }}
+{{- $row := include "dsv4.preset" $root | fromYaml }}
+{{- $gpu := include "dsv4.gpuResource" $root -}}
+requests:
+  cpu: {{ .cpu | quote }}
+  memory: {{ .memory | quote }}
+  {{ $gpu }}: {{ $row.gpusPerPod }}
+  {{- if .rdma }}
+  {{ $root.Values.rdma.resourceName }}: {{ $root.Values.rdma.count }}
+  {{- end }}
+limits:
+  memory: {{ .memory | quote }}
+  {{ $gpu }}: {{ $row.gpusPerPod }}
+  {{- if .rdma }}
+  {{ $root.Values.rdma.resourceName }}: {{ $root.Values.rdma.count }}
   {{- end }}
 {{- end }}
 
