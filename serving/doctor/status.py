@@ -282,12 +282,31 @@ BAD_WAITING = {
 }
 
 
+# The JIT warm Job (templates/warm-job.yaml): its label, its container, and the workers'
+# init container that waits for it.
+WARM_COMPONENT = "jit-warm"
+WARM_CONTAINER = "warm"
+WARM_WAIT = "wait-jit-warm"
+
+
+# What a worker's init container waits for while it runs.
+INIT_WAITS = {
+    "wait-for-weights": "waiting for the download Job to fill the volume",
+    # templates/_jit_warm.tpl: it ends on its own after jitCache.warm.waitSeconds.
+    WARM_WAIT: "waiting for the JIT warm Job to fill the kernel cache (at most "
+    "jitCache.warm.waitSeconds, then the engine compiles its own)",
+}
+
+
 def check_pods(ctx: StatusContext) -> Iterator[Finding]:
-    # Finished pods (a download Job's) are the Job's story, and `helm test` pods come and go.
+    # Finished pods (a download Job's, a warm Job's failed attempts) are the Job's story, and
+    # `helm test` pods come and go.
     pods = [
         p
         for p in ctx.pods()
-        if _role(p) != "helm-test" and dig(p, "status", "phase") != "Succeeded"
+        if _role(p) != "helm-test"
+        and dig(p, "status", "phase") != "Succeeded"
+        and not (_role(p) == WARM_COMPONENT and dig(p, "status", "phase") == "Failed")
     ]
     if not pods:
         if ctx.rayservices():
@@ -374,9 +393,7 @@ def check_pods(ctx: StatusContext) -> Iterator[Finding]:
                 break
             running = dig(status, "state", "running")
             if status in _statuses(pod, init=True) and running:
-                wait = "waiting for the download Job to fill the volume"
-                if container != "wait-for-weights":
-                    wait = f"init container {container} running"
+                wait = INIT_WAITS.get(container, f"init container {container} running")
                 since = age(timestamp(running.get("startedAt")), now)
                 problem = warn(f"{label}: {wait} ({since})")
                 break
@@ -398,6 +415,14 @@ def check_pods(ctx: StatusContext) -> Iterator[Finding]:
         yield ok(f"{len(healthy)} pod(s) running and ready", *healthy[:8])
 
 
+def _job_pods(ctx: StatusContext, job_name: str) -> list[Obj]:
+    """A Job's pods, oldest first."""
+    return sorted(
+        (p for p in ctx.pods() if labels(p).get("job-name") == job_name),
+        key=lambda p: dig(p, "metadata", "creationTimestamp", default=""),
+    )
+
+
 def check_download(ctx: StatusContext) -> Iterator[Finding]:
     jobs = ctx.cluster.list(
         kinds.JOB,
@@ -414,10 +439,7 @@ def check_download(ctx: StatusContext) -> Iterator[Finding]:
             took = age(started, done) if started and done else "?"
             yield ok(f"download Job {job_name} completed (took {took})")
             continue
-        job_pods = sorted(
-            (p for p in ctx.pods() if labels(p).get("job-name") == job_name),
-            key=lambda p: dig(p, "metadata", "creationTimestamp", default=""),
-        )
+        job_pods = _job_pods(ctx, job_name)
         logs = _log_lines(ctx, name(job_pods[-1]), "download", False) if job_pods else []
         failed = condition(job, "Failed")
         if failed and failed.get("status") == "True":
@@ -436,6 +458,110 @@ def check_download(ctx: StatusContext) -> Iterator[Finding]:
                 "the workers wait for it; ~160 GB (Flash) to ~865 GB (Pro) take a while",
                 logs,
             )
+
+
+def _terminated(pod: Obj, container: str) -> Obj:
+    for status in _statuses(pod):
+        if status.get("name") == container:
+            return dig(status, "state", "terminated", default={}) or {}
+    return {}
+
+
+def _warm_awaited(ctx: StatusContext) -> bool:
+    """Do the release's GPU workers wait for a warm Job (jitCache.warm on)?"""
+    for svc in ctx.rayservices():
+        groups = dig(svc, "spec", "rayClusterConfig", "workerGroupSpecs", default=[]) or []
+        for group in groups:
+            inits = dig(group, "template", "spec", "initContainers", default=[]) or []
+            if any(c.get("name") == WARM_WAIT for c in inits):
+                return True
+    return False
+
+
+def check_jit_warm(ctx: StatusContext) -> Iterator[Finding]:
+    """The JIT warm Job: missing, running, failed (its pods' termination messages, the log's
+    tail) or complete (the message's last line: the cache's fit line)."""
+    jobs = ctx.cluster.list(
+        kinds.JOB,
+        ctx.namespace,
+        label_selector=f"{ctx.selector},app.kubernetes.io/component={WARM_COMPONENT}",
+    )
+    ns = ctx.namespace
+    if not jobs:
+        if _warm_awaited(ctx):
+            yield warn(
+                f"JIT warm Job of release {ctx.release} missing: the GPU workers wait for it "
+                "(jitCache.warm.waitSeconds), then compile their own kernels",
+                f"helm upgrade {ctx.release} with the same values creates it again; "
+                "--set jitCache.warm.enabled=false stops the wait",
+            )
+        return
+    now = ctx.cluster.now()
+    for job in jobs:
+        job_name = name(job)
+        status = job.get("status") or {}
+        started = timestamp(status.get("startTime"))
+        pods = _job_pods(ctx, job_name)
+        label = f"JIT warm Job {job_name}"
+        if is_true(job, "Complete") or status.get("succeeded"):
+            done = timestamp(status.get("completionTime"))
+            took = age(started, done) if started and done else "?"
+            succeeded = [p for p in pods if dig(p, "status", "phase") == "Succeeded"]
+            message = _terminated(succeeded[-1], WARM_CONTAINER) if succeeded else {}
+            lines = (message.get("message") or "").strip().splitlines()
+            if not lines:
+                yield ok(
+                    f"{label} complete (took {took}); its pod and its fit line are gone",
+                    f"each GPU worker logs it: kubectl -n {ns} logs POD -c {WARM_WAIT} --tail 1",
+                )
+            elif "fits this node" in lines[-1]:
+                yield ok(f"{label} complete (took {took})", lines[-1])
+            else:
+                yield warn(
+                    f"{label} complete (took {took}), but the cache does not fit",
+                    "the engines compile what the cache lacks (the line above says what "
+                    f"differs); kubectl -n {ns} logs job/{job_name} shows the warm",
+                    [lines[-1]],
+                )
+            continue
+        failed = condition(job, "Failed")
+        if failed and failed.get("status") == "True":
+            ended = [(p, end) for p in pods if (end := _terminated(p, WARM_CONTAINER))]
+            details = [
+                f"earlier attempt: pod {name(p)}, exit {end.get('exitCode', '?')}"
+                for p, end in ended[:-1]
+            ]
+            if ended:
+                pod, end = ended[-1]
+                details.append(f"pod {name(pod)}, exit {end.get('exitCode', '?')}:")
+                if end.get("message"):  # the log's tail (FallbackToLogsOnError)
+                    details += _message_lines(end["message"])
+                else:
+                    details += _log_lines(ctx, name(pod), WARM_CONTAINER, False)
+            yield warn(
+                f"{label} failed: {failed.get('reason', '')} {failed.get('message', '')}".strip()
+                + "; the engines compile their own kernels at start",
+                "the message above is its pod's log tail, the last line the cache's fit line; "
+                f"rerun: kubectl -n {ns} delete job {job_name} && helm upgrade ... (same values)",
+                details,
+            )
+            continue
+        latest = pods[-1] if pods else None
+        attempts = status.get("failed", 0)
+        retried = f" ({attempts} failed attempt(s) before)" if attempts else ""
+        if latest is not None and dig(latest, "status", "phase") == "Pending":
+            since = age(timestamp(dig(latest, "metadata", "creationTimestamp")), now)
+            doing = f": its pod has been Pending for {since} (see Pods above){retried}"
+            logs: list[str] = []
+        else:
+            doing = f" running for {age(started, now)}{retried}"
+            logs = _log_lines(ctx, name(latest), WARM_CONTAINER, False) if latest else []
+        yield warn(
+            f"{label}{doing}",
+            "the GPU workers wait for it, at most jitCache.warm.waitSeconds; follow it: "
+            f"kubectl -n {ns} logs -f job/{job_name}",
+            logs,
+        )
 
 
 def _message_lines(message: str, keep: int = 6) -> list[str]:
@@ -503,6 +629,7 @@ CHECKS = [
     Check("release.raycluster", "RayService", check_rayclusters),
     Check("release.pods", "Pods", check_pods),
     Check("release.download", "Model download", check_download),
+    Check("release.jit-warm", "JIT cache warm", check_jit_warm),
     Check("release.serve", "Serve application", check_serve_apps),
     Check("metrics.prometheus", "Metrics", check_prometheus),
 ]

@@ -42,6 +42,8 @@ def everything(shared: Path) -> list[dict]:
         *sc.release(ready=True, app_status="RUNNING"),
         *sc.release(download="failed", worker_node="gpu-h200-a", worker_status=crashing),
         *sc.release(download="running", app_status="DEPLOY_FAILED", app_message="boom"),
+        *sc.release(ready=True, warm="failed"),
+        *sc.release(worker_node="gpu-h200-a", warm="running"),
         *sc.release(preset="h200-pro-mtp", values={"rdma": {"enabled": True}}),
         dc.node("mi300x-a", "MI300X"),
         dc.node("gb300-a", "GB300", gpus=4, arch="arm64"),

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from model_overrides.jit_pool import manifest as cache_manifest
 from serving.cli import main
 from serving.doctor import prometheus
 from serving.monitoring.rules import rule_groups
@@ -18,6 +19,11 @@ from tests.support import doctor_cluster as dc
 from tests.support import doctor_scenarios as sc
 
 WORKER = "dsv4-dsv4-serve-x7k2p-h200-workers-worker-m2v9c"
+WARM_JOB = next(
+    j["metadata"]["name"]
+    for j in dc.rendered()
+    if j["kind"] == "Job" and j["metadata"]["labels"]["app.kubernetes.io/component"] == "jit-warm"
+)
 CRASH_LOG = "\n".join(
     [
         "INFO 11-30 11:52:10 [__init__.py:239] Automatically detected platform cuda.",
@@ -75,7 +81,7 @@ def test_rayservice_stuck_with_a_pending_worker(capsys, tmp_path, shared_dir):
     assert only(report, "release.raycluster")["title"] == (
         "RayCluster dsv4-dsv4-serve-x7k2p (pending): 0/1 worker pods ready, age 44m"
     )
-    pending, ready = findings(report, "release.pods")
+    warm_pod, pending, ready = findings(report, "release.pods")
     assert pending["status"] == "fail"
     assert pending["title"] == f"worker pod {WORKER} Pending for 44m: cannot be scheduled"
     assert pending["details"][0] == "scheduler: " + sc.TAINT_MESSAGE
@@ -84,6 +90,16 @@ def test_rayservice_stuck_with_a_pending_worker(capsys, tmp_path, shared_dir):
     assert pending["fix"] == (
         "add to your values: scheduling: {tolerations: [{key: dedicated, value: inference, "
         "operator: Equal, effect: NoSchedule}]}"
+    )
+    # The warm Job's pod asks for the same GPUs with the same tolerations: the same fix.
+    assert (
+        warm_pod["title"] == f"jit-warm pod {WARM_JOB}-w8k3n Pending for 44m: cannot be scheduled"
+    )
+    assert (warm_pod["status"], warm_pod["fix"]) == ("fail", pending["fix"])
+    warm = only(report, "release.jit-warm")
+    assert (warm["status"], warm["title"]) == (
+        "warn",
+        f"JIT warm Job {WARM_JOB}: its pod has been Pending for 44m (see Pods above)",
     )
     assert ready["title"] == "1 pod(s) running and ready"
     serve = only(report, "release.serve")
@@ -114,7 +130,11 @@ def test_healthy_release_is_serving(capsys, tmp_path, shared_dir):
         capsys, tmp_path, cluster(shared_dir, *sc.release(ready=True, app_status="RUNNING"))
     )
     assert code == 0, [f for f in report["findings"] if f["status"] != "pass"]
-    assert report["summary"] == {"pass": 7, "warn": 0, "fail": 0}
+    assert report["summary"] == {"pass": 8, "warn": 0, "fail": 0}
+    warm = only(report, "release.jit-warm")
+    assert warm["title"] == f"JIT warm Job {WARM_JOB} complete (took 8m)"
+    assert warm["details"] == [sc.WARM_FIT]
+    assert "fits this node" in sc.WARM_FIT
     assert (
         only(report, "release.rayservice")["title"]
         == "RayService dsv4-dsv4-serve Ready: 2 serve endpoint(s)"
@@ -228,22 +248,22 @@ def test_image_pull_back_off(capsys, tmp_path, shared_dir):
     assert "not found" in pull["details"][0]
 
 
-def test_failed_download_job_with_its_log(capsys, tmp_path, shared_dir):
+def _worker_in_init(objects: list, container: str, minutes: float) -> list:
+    """The objects with the worker scheduled and its init container `container` running
+    for `minutes` (no scheduling events left)."""
     waiting = [
         {
-            "name": "wait-for-weights",
+            "name": container,
             "image": "ghcr.io/dsv4-serve/dsv4-serve-cuda:0.1.0-vllm0.34.0",
             "imageID": "ghcr.io/dsv4-serve/dsv4-serve-cuda@sha256:" + "cd" * 32,
             "containerID": "containerd://" + "ef" * 32,
             "ready": False,
             "restartCount": 0,
             "started": True,
-            "state": {"running": {"startedAt": dc.ts(43)}},
+            "state": {"running": {"startedAt": dc.ts(minutes)}},
             "lastState": {},
         }
     ]
-    objects = cluster(shared_dir, *sc.release(download="failed"))
-    (service,) = dc.by_kind(objects, "RayService")
     (rc,) = dc.by_kind(objects, "RayCluster")
     worker = dc.ray_pod(
         rc,
@@ -256,7 +276,12 @@ def test_failed_download_job_with_its_log(capsys, tmp_path, shared_dir):
         container_status={"state": {"waiting": {"reason": "PodInitializing"}}, "started": False},
     )
     objects = [o for o in objects if o["metadata"].get("name") != WORKER and o["kind"] != "Event"]
-    objects.append(worker)
+    return [*objects, worker]
+
+
+def test_failed_download_job_with_its_log(capsys, tmp_path, shared_dir):
+    objects = cluster(shared_dir, *sc.release(download="failed"))
+    objects = _worker_in_init(objects, "wait-for-weights", 43)
     job_pod = next(o for o in objects if o["kind"] == "Pod" and "download" in o["metadata"]["name"])
     log = (
         "downloading deepseek-ai/DeepSeek-V4-Flash to /models/deepseek-ai/DeepSeek-V4-Flash\n"
@@ -276,6 +301,87 @@ def test_failed_download_job_with_its_log(capsys, tmp_path, shared_dir):
         f for f in findings(report, "release.pods") if "waiting for the download Job" in f["title"]
     ]
     assert waiting_finding and waiting_finding[0]["status"] == "warn"
+
+
+# -- the JIT warm Job ---------------------------------------------------------------------
+def test_failed_warm_job_shows_its_pods_termination_message(capsys, tmp_path, shared_dir):
+    objects = cluster(shared_dir, *sc.release(ready=True, app_status="RUNNING", warm="failed"))
+    code, report = status(capsys, tmp_path, objects)
+    assert code == 0  # the engines compile their own kernels: degraded, not broken
+    warm = only(report, "release.jit-warm")
+    assert warm["status"] == "warn"
+    assert warm["title"] == (
+        f"JIT warm Job {WARM_JOB} failed: BackoffLimitExceeded Job has reached the specified "
+        "backoff limit; the engines compile their own kernels at start"
+    )
+    assert warm["details"][0] == f"earlier attempt: pod {WARM_JOB}-w8k3n, exit 1"
+    assert warm["details"][1] == f"pod {WARM_JOB}-r5t2q, exit 1:"
+    assert warm["details"][-2].startswith("  | torch.OutOfMemoryError: CUDA out of memory")
+    # The message's last line is the fit line `warm --check` printed after the failed warm.
+    assert warm["details"][-1] == "  | " + sc.WARM_FAILED_LOG.splitlines()[-1]
+    assert "has no manifest" in warm["details"][-1]
+    assert f"kubectl -n dsv4 delete job {WARM_JOB}" in warm["fix"]
+    # Its failed pods are the Job's story, not failed pods of the release.
+    assert [f["title"] for f in findings(report, "release.pods")] == ["2 pod(s) running and ready"]
+
+
+def test_running_warm_job_shows_its_log_and_the_waiting_worker(capsys, tmp_path, shared_dir):
+    objects = cluster(shared_dir, *sc.release(warm="running"))
+    objects = _worker_in_init(objects, "wait-jit-warm", 5)
+    log = (
+        "[warm    0.0s] preset h200-flash-mtp: warm model flash 5 layers (fp4 experts) at "
+        "/var/cache/dsv4/warm-model/flash-5-fp4, target vllm-k1, cache /var/cache/dsv4, 96 "
+        "compile processes\n"
+        "[warm  318.2s] engine ready in 318.2s (load 141.0s, compile pool 96.4s)\n"
+    )
+    code, report = status(capsys, tmp_path, objects, {f"{WARM_JOB}-w8k3n/warm.log": log})
+    warm = only(report, "release.jit-warm")
+    assert (warm["status"], warm["title"]) == ("warn", f"JIT warm Job {WARM_JOB} running for 6m")
+    assert warm["details"][0] == (
+        f"last log lines (kubectl -n dsv4 logs {WARM_JOB}-w8k3n -c warm --tail 20):"
+    )
+    assert warm["details"][-1].startswith("  | [warm  318.2s] engine ready")
+    assert warm["fix"].endswith(f"kubectl -n dsv4 logs -f job/{WARM_JOB}")
+    (wait,) = [f for f in findings(report, "release.pods") if "JIT warm" in f["title"]]
+    assert wait["status"] == "warn"
+    assert wait["title"] == (
+        f"worker pod {WORKER}: waiting for the JIT warm Job to fill the kernel cache (at most "
+        "jitCache.warm.waitSeconds, then the engine compiles its own) (5m)"
+    )
+
+
+def test_warm_job_missing_or_off(capsys, tmp_path, shared_dir):
+    objects = cluster(shared_dir, *sc.release(ready=True, app_status="RUNNING", warm="missing"))
+    code, report = status(capsys, tmp_path, objects)
+    missing = only(report, "release.jit-warm")
+    assert (missing["status"], missing["title"]) == (
+        "warn",
+        "JIT warm Job of release dsv4 missing: the GPU workers wait for it "
+        "(jitCache.warm.waitSeconds), then compile their own kernels",
+    )
+    assert missing["fix"].startswith("helm upgrade dsv4 with the same values creates it again")
+    # Off (jitCache.warm.enabled=false): no Job, no worker waits, nothing to say.
+    objects = cluster(shared_dir, *sc.release(ready=True, app_status="RUNNING", warm=None))
+    code, report = status(capsys, tmp_path, objects)
+    assert code == 0 and findings(report, "release.jit-warm") == []
+
+
+def test_complete_warm_whose_cache_does_not_fit_warns(capsys, tmp_path, shared_dir):
+    objects = cluster(shared_dir, *sc.release(ready=True, app_status="RUNNING"))
+    newer = sc.WARM_MANIFEST.versions.model_copy(update={"vllm": "0.35.0"})
+    line = cache_manifest.fit_line(sc.WARM_MANIFEST, newer, sc.WARM_MANIFEST.gpu, sc.WARM_CACHE)
+    for obj in objects:
+        if obj["kind"] == "Pod" and obj["metadata"]["name"].startswith(WARM_JOB):
+            terminated = obj["status"]["containerStatuses"][0]["state"]["terminated"]
+            terminated["message"] = f"[warm  471.2s] manifest ...\n{line}\n"
+    code, report = status(capsys, tmp_path, objects)
+    warm = only(report, "release.jit-warm")
+    assert warm["status"] == "warn"
+    assert (
+        warm["title"] == f"JIT warm Job {WARM_JOB} complete (took 8m), but the cache does not fit"
+    )
+    assert warm["details"] == [line]
+    assert "vllm 0.34.0 in the cache, 0.35.0 here" in line
 
 
 def test_serve_application_deploy_failed(capsys, tmp_path, shared_dir):

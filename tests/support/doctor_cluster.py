@@ -963,8 +963,9 @@ def rayservice_status(
     return service
 
 
-def job_status(job: Obj, outcome: str, minutes: float = 40) -> Obj:
-    """The Job controller's status: complete, failed (backoff limit) or running."""
+def job_status(job: Obj, outcome: str, minutes: float = 40, failed_pods: int = 4) -> Obj:
+    """The Job controller's status: complete, failed (backoff limit, after failed_pods
+    attempts), running or pending (its pod not scheduled)."""
     if outcome == "complete":
         job["status"] = {
             "startTime": ts(minutes + 44),
@@ -995,7 +996,7 @@ def job_status(job: Obj, outcome: str, minutes: float = 40) -> Obj:
     elif outcome == "failed":
         job["status"] = {
             "startTime": ts(minutes),
-            "failed": 4,
+            "failed": failed_pods,
             "ready": 0,
             "terminating": 0,
             "uncountedTerminatedPods": {},
@@ -1018,11 +1019,11 @@ def job_status(job: Obj, outcome: str, minutes: float = 40) -> Obj:
                 },
             ],
         }
-    else:
+    else:  # running, or its pod not scheduled yet ("pending")
         job["status"] = {
             "startTime": ts(minutes),
             "active": 1,
-            "ready": 1,
+            "ready": 0 if outcome == "pending" else 1,
             "terminating": 0,
             "uncountedTerminatedPods": {},
         }
@@ -1030,8 +1031,17 @@ def job_status(job: Obj, outcome: str, minutes: float = 40) -> Obj:
 
 
 def job_pod(
-    job: Obj, suffix: str, phase: str, exit_code: int | None = None, age_min: float = 10
+    job: Obj,
+    suffix: str,
+    phase: str,
+    exit_code: int | None = None,
+    age_min: float = 10,
+    message: str | None = None,
+    node_name: str = "cpu-a",
+    unschedulable_message: str = "",
 ) -> Obj:
+    """A Job's pod: Running, Succeeded or Failed (with the container's termination message,
+    as its terminationMessagePolicy leaves it), or Pending and not scheduled."""
     template = job["spec"]["template"]
     name = f"{job['metadata']['name']}-{suffix}"
     container = template["spec"]["containers"][0]
@@ -1042,6 +1052,31 @@ def job_pod(
         "controller-uid": job["metadata"]["uid"],
         "job-name": job["metadata"]["name"],
     }
+    metadata = meta(
+        "Pod", name, NAMESPACE, age_min, generateName=name[: -len(suffix)], labels=labels
+    )
+    qos = "Burstable" if container.get("resources") else "BestEffort"
+    if phase == "Pending":
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": copy.deepcopy(template["spec"]),
+            "status": {
+                "phase": "Pending",
+                "qosClass": qos,
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": unschedulable_message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": ts(age_min),
+                    }
+                ],
+            },
+        }
     state: Obj
     if exit_code is None:
         state = {"running": {"startedAt": ts(age_min - 0.5)}}
@@ -1050,6 +1085,7 @@ def job_pod(
             "terminated": {
                 "exitCode": exit_code,
                 "reason": "Error" if exit_code else "Completed",
+                **({"message": message} if message else {}),
                 "startedAt": ts(age_min - 0.5),
                 "finishedAt": ts(age_min - 2),
                 "containerID": f"containerd://{hashlib.sha256(name.encode()).hexdigest()}",
@@ -1058,18 +1094,22 @@ def job_pod(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": meta(
-            "Pod", name, NAMESPACE, age_min, generateName=name[: -len(suffix)], labels=labels
-        ),
-        "spec": {**copy.deepcopy(template["spec"]), "nodeName": "cpu-a"},
+        "metadata": metadata,
+        "spec": {**copy.deepcopy(template["spec"]), "nodeName": node_name},
         "status": {
             "phase": phase,
             "hostIP": "10.0.1.5",
             "podIP": "10.244.1.9",
-            "qosClass": "BestEffort",
+            "qosClass": qos,
             "startTime": ts(age_min),
             "conditions": [
-                {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(age_min)}
+                # No probes: the kubelet calls a running container ready.
+                *(
+                    {"type": kind, "status": "True", "lastTransitionTime": ts(age_min - 0.5)}
+                    for kind in ("Initialized", "Ready", "ContainersReady")
+                    if exit_code is None or kind == "Initialized"
+                ),
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(age_min)},
             ],
             "containerStatuses": [
                 {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from model_overrides.jit_pool import manifest as cache_manifest
 from tests.support import doctor_cluster as dc
 
 Obj = dict
@@ -34,6 +35,70 @@ TOLERATION_VALUES = {
     },
     "model": {"download": {"enabled": True}},
 }
+
+
+# The JIT warm Job's termination messages (templates/warm-job.yaml): the fit line of a
+# cache warmed on an H200 node (model_overrides/jit_pool/manifest.py fit_line, on a
+# manifest of vLLM 0.34's versions), or the log's tail of a warm whose engine failed.
+WARM_CACHE = "/var/cache/dsv4"
+WARM_MANIFEST = cache_manifest.Manifest(
+    key="3f9c2a7be1d04c55",
+    created="2026-11-30T11:07:00+00:00",
+    preset="h200-flash-mtp",
+    versions=cache_manifest.Versions(
+        vllm="0.34.0",
+        torch="2.14.0+cu130",
+        cuda="13.0",
+        driver="580.159.04",
+        deep_gemm="2.8.1",
+        tilelang="0.1.12",
+        triton="3.8.0",
+    ),
+    gpu=cache_manifest.Gpu(name="NVIDIA H200", arch="sm_90", count=8),
+    shapes={},
+    kernels={"triton": 391, "deep_gemm": 150, "tilelang": 80, "cuda": 3},
+    warm=cache_manifest.WarmRecord(jobs=96, seconds=471.2),
+)
+WARM_FIT = cache_manifest.fit_line(
+    WARM_MANIFEST, WARM_MANIFEST.versions, WARM_MANIFEST.gpu, WARM_CACHE
+)
+WARM_FAILED_LOG = "\n".join(
+    [
+        "[warm    0.0s] preset h200-flash-mtp: warm model flash 5 layers (fp4 experts) at "
+        "/var/cache/dsv4/warm-model/flash-5-fp4, target vllm-k1, cache /var/cache/dsv4, 96 "
+        "compile processes",
+        "[warm  212.4s] engine failed to start: exited with code 1",
+        "ERROR 11-30 11:31:02 [core.py:700] EngineCore failed to start.",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a "
+        "total capacity of 139.81 GiB of which 6.12 GiB is free.",
+        cache_manifest.fit_line(None, WARM_MANIFEST.versions, WARM_MANIFEST.gpu, WARM_CACHE),
+    ]
+)
+
+
+def warm_objects(job: Obj, outcome: str, pending_message: str | None) -> list[Obj]:
+    """The warm Job's status and pods for an outcome: complete, failed (its two attempts),
+    running, or pending (its pod not scheduled, as the workers')."""
+    if outcome == "complete":
+        dc.job_status(job, "complete", minutes=8)
+        return [
+            dc.job_pod(job, "w8k3n", "Succeeded", 0, 52, WARM_FIT + "\n", node_name="gpu-h200-b")
+        ]
+    if outcome == "failed":
+        dc.job_status(job, "failed", minutes=30, failed_pods=2)
+        return [
+            dc.job_pod(job, suffix, "Failed", 1, age, WARM_FAILED_LOG, node_name="gpu-h200-b")
+            for suffix, age in (("w8k3n", 30), ("r5t2q", 14))
+        ]
+    if outcome == "running":
+        dc.job_status(job, "running", minutes=6)
+        return [dc.job_pod(job, "w8k3n", "Running", age_min=6, node_name="gpu-h200-b")]
+    assert outcome == "pending", outcome
+    dc.job_status(job, "pending", minutes=44)
+    pod = dc.job_pod(
+        job, "w8k3n", "Pending", age_min=44, unschedulable_message=pending_message or ""
+    )
+    return [pod, dc.scheduling_event(pod, pending_message)] if pending_message else [pod]
 
 
 def h200_nodes(count: int = 4, **kwargs) -> list[Obj]:
@@ -66,9 +131,14 @@ def release(
     preset: str = "h200-flash-mtp",
     app_status: str | None = "DEPLOYING",
     app_message: str = "",
+    warm: str | None = "complete",
 ) -> list[Obj]:
-    """The chart installed for 45 minutes, with what KubeRay and the scheduler made of it."""
+    """The chart installed for 45 minutes, with what KubeRay and the scheduler made of it.
+    warm: the JIT warm Job's outcome (warm_objects), "missing" (deleted), or None (off)."""
     values = {"model": {"download": {"enabled": download is not None}}, **(values or {})}
+    if warm is None:
+        jit = values.get("jitCache", {})
+        values["jitCache"] = {**jit, "warm": {**jit.get("warm", {}), "enabled": False}}
     objects = dc.installed(dc.rendered(preset, values=values))
     (service,) = dc.by_kind(objects, "RayService")
     cluster = dc.raycluster(service, ready_workers=1 if ready else 0)
@@ -104,6 +174,12 @@ def release(
     for pvc in dc.by_kind(objects, "PersistentVolumeClaim"):
         dc.bound(pvc)
     for job in dc.by_kind(objects, "Job"):
+        if job["metadata"]["labels"]["app.kubernetes.io/component"] == "jit-warm":
+            if warm == "missing":
+                objects.remove(job)
+            else:
+                objects += warm_objects(job, warm, pending_message)
+            continue
         dc.job_status(job, download or "complete")
         if download == "complete":
             objects.append(dc.job_pod(job, "7xk2d", "Succeeded", exit_code=0, age_min=84))
@@ -116,9 +192,10 @@ def release(
 
 def stuck_cluster(shared: Path) -> list[Obj]:
     """The example: GPU nodes tainted for inference, the release installed without the
-    toleration, its worker Pending (what `doctor status` explains)."""
+    toleration, its worker and its JIT warm Job's pod Pending (what `doctor status`
+    explains)."""
     nodes = [*h200_nodes(taints=[INFERENCE_TAINT]), *cpu_nodes()]
-    return [*dc.cluster_base(shared, nodes, storage=SHARED_STORAGE), *release()]
+    return [*dc.cluster_base(shared, nodes, storage=SHARED_STORAGE), *release(warm="pending")]
 
 
 EXAMPLE_DIR = Path(__file__).resolve().parent / "doctor" / "example-dump"
