@@ -1,10 +1,11 @@
 """Stored responses belong to the key that created them.
 
 vLLM keeps a ``/v1/responses`` answer in the replica's memory when its store is on
-(``VLLM_ENABLE_RESPONSES_API_STORE=1``; ``openai/responses/serving.py``: ``store`` is
-dropped silently while it is off) and hands it to whoever names its id: ``GET
-/v1/responses/{id}``, ``POST /v1/responses/{id}/cancel``, and a new request's
-``previous_response_id``, which continues that conversation. The gateway records which
+(``VLLM_ENABLE_RESPONSES_API_STORE=1``; in vLLM's Responses handler, under
+``entrypoints/openai/responses/``, ``store`` is dropped silently while it is off) and
+hands it to whoever names its id: ``GET /v1/responses/{id}``,
+``POST /v1/responses/{id}/cancel``, and a new request's ``previous_response_id``, which
+continues that conversation. The gateway records which
 key's request created each stored response (the key's id, never the key) as the answer
 passes, before the client can read the id, and answers any other key 404 as if the
 response were absent. An id it never recorded answers 404 to every key, so a response
