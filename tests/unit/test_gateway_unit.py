@@ -331,3 +331,30 @@ def test_whatever_a_layer_raises_answers_json_from_the_outermost_layer(monkeypat
     assert answer.status_code == 500 and answer.headers[HEADER.decode()] == "r-1"
     assert answer.json()["error"]["message"].endswith("RecursionError")
     assert _sample("dsv4_gateway_requests_total", **labels) == before + 1  # not lost
+
+
+def test_an_unreadable_replica_id_drops_the_header_and_says_why(monkeypatch):
+    """Outside a replica there is no id (tests building the app alone); inside one whose
+    context lacks the id (a Ray that moved it), the header goes off with a warning."""
+    import logging
+
+    from ray import serve
+
+    from serving.gateway.replica_header import this_replica
+
+    assert this_replica() == ""  # Ray's own answer outside a replica: an exception
+    monkeypatch.setattr(serve, "get_replica_context", lambda: object())
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("ray.serve.dsv4")  # Ray's loggers do not propagate to caplog
+    handler = Keep(logging.WARNING)
+    log.addHandler(handler)
+    try:
+        assert this_replica() == ""
+    finally:
+        log.removeHandler(handler)
+    assert any("x-dsv4-replica is off: the replica id is unreadable" in m for m in seen)
