@@ -24,20 +24,25 @@ from pathlib import Path
 from model_overrides.jit_pool.jobs import JobResult, JobSet
 
 JOBS_ENV = "DSV4_JIT_JOBS"  # worker processes; 0 or 1 turns the pool off
+# The default's ceiling: each worker holds a Python with torch and vLLM (1-2 GB of host
+# memory) and, for DeepGEMM's jobs, a CUDA context on the engine's GPU; 16 ran on an H100
+# node (docs/cold-start.md). A 200-core node would otherwise start 200 of them.
+DEFAULT_MAX_JOBS = 16
 LOCK_NAME = ".dsv4-jit-pool.lock"
 # The slow kind first: a TileLang key takes 13-100 s, a run of DeepGEMM M values ~10-40 s.
 KIND_ORDER = {"jit_key": 0, "fp8_gemm_nt": 1}
 
 
 def default_jobs(environ: Mapping[str, str] = os.environ) -> int:
-    """``DSV4_JIT_JOBS`` when set, else the CPU cores this process may run on."""
+    """``DSV4_JIT_JOBS`` when set, else the CPU cores this process may run on, at most
+    ``DEFAULT_MAX_JOBS``."""
     raw = environ.get(JOBS_ENV, "").strip()
     if raw:
         value = int(raw)
         if value < 0:
             raise ValueError(f"{JOBS_ENV} must be >= 0, got {raw!r}")
         return value
-    return len(os.sched_getaffinity(0))
+    return min(len(os.sched_getaffinity(0)), DEFAULT_MAX_JOBS)
 
 
 @dataclass

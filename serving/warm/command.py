@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--jobs",
         type=int,
         default=None,
-        help="compile processes (default: every core this process may use)",
+        help="compile processes (default: the cores this process may use, at most 16)",
     )
     parser.add_argument("--export", metavar="PATH", help="after warming, write the archive here")
     parser.add_argument(

@@ -71,11 +71,13 @@ def test_an_unknown_job_kind_is_refused():
         run_job(CompileJob("nvcc", "x", b""))  # type: ignore[arg-type]
 
 
-def test_workers_default_to_this_process_cores(monkeypatch):
+def test_workers_default_to_this_process_cores_up_to_a_ceiling(monkeypatch):
     import os
 
     monkeypatch.delenv(JOBS_ENV, raising=False)
-    assert default_jobs() == len(os.sched_getaffinity(0))
+    from model_overrides.jit_pool.pool import DEFAULT_MAX_JOBS
+
+    assert default_jobs() == min(len(os.sched_getaffinity(0)), DEFAULT_MAX_JOBS)
     assert default_jobs({JOBS_ENV: "3"}) == 3
     with pytest.raises(ValueError, match=JOBS_ENV):
         default_jobs({JOBS_ENV: "-1"})
