@@ -70,6 +70,7 @@ SHARED_VERDICTS = {
     },  # fmt: skip
     "dsv4-cuda-hc-path": "not needed",
     "dsv4-moe-clamp-filter": "applied",
+    "parallel-jit-warmup": "not needed",  # the side environments' platform is the CPU
     "pr42930-decoder-defaults": "not needed",
     "pr42930-mtp-logits-owner": "not needed",
     "pr42930-mtp-hc-post-gate": "not needed",
