@@ -10,7 +10,8 @@ for it) this patch hands the same keys to ``model_overrides.jit_pool`` worker pr
 which compile them into the tools' disk caches; vLLM's own warm-up then loads them. Keys
 registered later (attention metadata builders, the KV cache) stay with vLLM's warm-up.
 
-``DSV4_JIT_JOBS`` sets the workers (default: this process's CPU cores; 0 or 1: off). A
+``DSV4_JIT_JOBS`` sets the workers (default: this process's CPU cores, at most 16; 0 or 1:
+off). A
 pool that fails logs a warning and leaves every key to vLLM's warm-up: slower, not wrong.
 """
 
