@@ -111,3 +111,15 @@ def test_blocking_does_not_change_results(case: str, monkeypatch: pytest.MonkeyP
     blocked = built.outputs(block_args, built.impl(*block_args))
     for name, value in whole.items():
         assert torch.equal(value, blocked[name]), name
+
+
+def test_topk_rows_all_short_in_narrow_scores() -> None:
+    """A prefill chunk whose every row sees fewer than 512 keys, in a scores matrix narrower
+    than 512 columns: positions 0..n-1 in order, then -1 (the heap path is never taken)."""
+    case = CASES["topk_narrow_scores"]()
+    case.impl(*case.args)
+    lens, out_page, out_raw = case.args[1], case.args[3], case.args[5]
+    for row, n in enumerate(lens.tolist()):
+        assert out_raw[row, :n].tolist() == list(range(n))
+        assert (out_raw[row, n:] == -1).all() and (out_page[row, n:] == -1).all()
+        assert (out_page[row, :n] >= 0).all()

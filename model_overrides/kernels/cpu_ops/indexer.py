@@ -290,7 +290,9 @@ def topk_transform_512_cpu(
     raw = torch.where(slots[None, :] < lens[:, None], slots[None, :], -1)  # n <= 512 rows
     long_rows = (lens > _TOPK).nonzero().flatten()
     step = max(1, _SCORE_BLOCK // max(1, max_seq_len))  # bounds the masks' memory
-    for chunk in long_rows.split(step):
+    # split() of an empty tensor yields one empty chunk, and topk(512) of a row narrower
+    # than 512 raises even with no rows: skip the loop when every row is short.
+    for chunk in long_rows.split(step) if long_rows.numel() else ():
         raw[chunk] = _heap_top512(scores[chunk], lens[chunk])
 
     valid = raw >= 0

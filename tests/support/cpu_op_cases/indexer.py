@@ -300,6 +300,8 @@ CASES: dict[str, Callable[[], OpCase]] = {
         _topk_case, 21, [0, 1, 300, 511, 512, 513, 1000, 5000], 5000, 256
     ),
     "topk_seq_len_over_width": partial(_topk_case, 22, [800, 20000, 600], 900, 64),
+    # a prefill chunk whose keys are all fewer than 512: no row takes the heap path
+    "topk_narrow_scores": partial(_topk_case, 31, [0, 5, 288, 500], 500, 64),
     "topk_prefill_rows": partial(_topk_case, 23, [1200], 1200, 256, prefill_rows=800),
     "topk_ties_few_values": partial(
         _topk_case, 24, [400, 513, 600, 2000, 7000], 7000, 256, "few_values"
