@@ -157,12 +157,16 @@ generate: $(DEPS_STAMP) $(HELM)
 	DSV4_WRITE_DOCTOR_EXAMPLE=1 $(PY) -m pytest -q -p no:cacheprovider \
 		tests/chart/test_doctor_fixtures.py -k example_dump_is_current
 
+# The KubeRay operator's namespace, which the chart's NetworkPolicy requires.
+KUBERAY_NAMESPACE ?= kuberay-system
+CHART_SETS := --set networkPolicy.kuberayOperator.namespace=$(KUBERAY_NAMESPACE)
+
 helm-lint: $(HELM)
-	$(HELM) lint --strict helm/dsv4-serve
-	$(HELM) lint --strict helm/dsv4-serve --set preset=mi355x-pro-mtp --set platform=rocm
+	$(HELM) lint --strict helm/dsv4-serve $(CHART_SETS)
+	$(HELM) lint --strict helm/dsv4-serve $(CHART_SETS) --set preset=mi355x-pro-mtp --set platform=rocm
 
 helm-template: $(HELM)
-	$(HELM) template dsv4 helm/dsv4-serve --set preset=$(PRESET) --set platform=$(PLATFORM) \
+	$(HELM) template dsv4 helm/dsv4-serve $(CHART_SETS) --set preset=$(PRESET) --set platform=$(PLATFORM) \
 		--api-versions monitoring.coreos.com/v1/PodMonitor \
 		--api-versions monitoring.coreos.com/v1/PrometheusRule
 

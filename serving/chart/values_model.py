@@ -306,7 +306,16 @@ class GatewayRoute(_Strict):
 
 class KubeRayOperator(_Strict):
     namespace: str = Field(
-        "", description="the operator's namespace; empty: any namespace (pods matched by labels)"
+        "",
+        max_length=63,
+        pattern=r"^(|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$",
+        description="the operator's namespace, required with networkPolicy.enabled "
+        "unless anyNamespace",
+    )
+    anyNamespace: bool = Field(
+        False,
+        description="admit pods with podLabels from every namespace to the Ray dashboard "
+        "(which runs Ray jobs): not on a shared cluster",
     )
     podLabels: dict[str, str] = Field(
         default_factory=lambda: {"app.kubernetes.io/name": "kuberay-operator"},

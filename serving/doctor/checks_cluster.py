@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 from serving.doctor import kinds
+from serving.doctor.cluster import Cluster
 from serving.doctor.context import PreflightContext, StatusContext
 from serving.doctor.errors import Unavailable
 from serving.doctor.findings import Check, Finding, fail, ok, warn
@@ -139,10 +140,11 @@ def check_kuberay_crds(ctx: PreflightContext | StatusContext) -> Finding:
     return ok("KubeRay CRDs rayservices.ray.io and rayclusters.ray.io serve ray.io/v1")
 
 
-def find_operators(ctx: PreflightContext | StatusContext) -> list[Obj]:
+def find_operators(cluster: Cluster) -> list[Obj]:
+    """KubeRay operator Deployments in any namespace."""
     found: dict[tuple, Obj] = {}
     for selector in OPERATOR_SELECTORS:
-        for deploy in ctx.cluster.list(kinds.DEPLOYMENT, label_selector=selector):
+        for deploy in cluster.list(kinds.DEPLOYMENT, label_selector=selector):
             found[(namespace(deploy), name(deploy))] = deploy
     return list(found.values())
 
@@ -172,7 +174,7 @@ def operator_version(deploy: Obj) -> str | None:
 
 
 def check_kuberay_operator(ctx: PreflightContext | StatusContext) -> Finding:
-    operators = find_operators(ctx)
+    operators = find_operators(ctx.cluster)
     if not operators:
         return fail(
             "no KubeRay operator Deployment found (label app.kubernetes.io/name=kuberay-operator)",

@@ -20,6 +20,9 @@ class PreflightContext:
     image_arches: tuple[str, ...]
     image_arch_given: bool
     min_kube_version: tuple[int, int, int] = (1, 28, 0)
+    # The KubeRay operator's namespace, where the doctor rendered the chart with it because
+    # the user's values left that required value out.
+    filled_operator_namespace: str | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from serving.doctor import checks_cluster, checks_nodes, checks_storage, kinds
+from serving.doctor import checks_cluster, checks_network, checks_nodes, checks_storage, kinds
 from serving.doctor import status as status_checks
 from serving.doctor.cluster import Cluster
 from serving.doctor.context import PreflightContext, StatusContext
@@ -68,11 +68,16 @@ def _min_kube_version(chart: Path) -> tuple[int, int, int]:
 
 
 def preflight(args: argparse.Namespace, progress: Progress) -> tuple[Header, list[Finding]]:
+    from serving.doctor.checks_network import OPERATOR_NAMESPACE_VALUE, operator_namespace_to_fill
     from serving.doctor.plan import find_helm, image_arches, make_plan, user_values
 
     cluster = _cluster(args, progress)
     kube_version = _kube_version(cluster)  # the first call: fails fast on a dead server
     namespace = _namespace(cluster, args)
+    # A value the chart requires and the cluster answers: the rest is checked as if it were
+    # set, and network.operator says what to add.
+    filled = operator_namespace_to_fill(cluster, user_values(args.values, args.set))
+    sets = [*args.set, f"{OPERATOR_NAMESPACE_VALUE}={filled}"] if filled else args.set
     progress.step("rendering the chart…")
     plan = make_plan(
         args.preset,
@@ -80,7 +85,7 @@ def preflight(args: argparse.Namespace, progress: Progress) -> tuple[Header, lis
         args.release,
         namespace,
         args.values,
-        args.set,
+        sets,
         find_helm(args.helm),
         args.chart,
         kube_version,
@@ -96,9 +101,11 @@ def preflight(args: argparse.Namespace, progress: Progress) -> tuple[Header, lis
         arches,
         image_arch_given=bool(args.image_arch),
         min_kube_version=_min_kube_version(args.chart),
+        filled_operator_namespace=filled,
     )
     checks = [
         *checks_cluster.CHECKS,
+        *checks_network.CHECKS,
         *checks_nodes.CHECKS,
         *checks_storage.CHECKS,
         *checks_cluster.LATE_CHECKS,

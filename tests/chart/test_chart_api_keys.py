@@ -65,3 +65,18 @@ def test_an_existing_secret_is_read_for_both_entries(tmp_path: Path):
 def test_one_entry_for_both_kinds_is_refused(tmp_path: Path):
     err = render(tmp_path, {"apiKey": {"adminSecretKey": "api-keys"}}, expect_ok=False)
     assert "adminSecretKey must differ from apiKey.secretKey" in err
+
+
+def test_the_helm_test_pod_mounts_the_inference_keys_only(tmp_path: Path):
+    objects = render(tmp_path, {})
+    (secret,) = by_kind(objects, "Secret")
+    (pod,) = [o for o in by_kind(objects, "Pod") if o["metadata"]["name"].endswith("test-openai")]
+    (volume,) = pod["spec"]["volumes"]
+    # A Secret volume with `items` projects the listed keys only (core/v1 SecretVolumeSource).
+    projected = {item["path"]: item["key"] for item in volume["secret"]["items"]}
+    assert set(secret["data"]) == {"api-keys", "admin-keys"}
+    assert projected == {"api-keys": "api-keys"}
+    (container,) = pod["spec"]["containers"]
+    (mount,) = container["volumeMounts"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["KEY_FILE"] == f"{mount['mountPath']}/api-keys"

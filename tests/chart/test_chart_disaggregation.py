@@ -42,6 +42,7 @@ from tests.support.chart_layout import DIRECT_INGRESS, FALLBACK_PROXY, RAYLET_HE
 from tests.support.chart_ray import autoscaling_config, nodes_to_launch
 from tests.support.chart_render import (
     CHART,
+    INSTALL_VALUES,
     by_kind,
     helm,
     notes,
@@ -125,7 +126,7 @@ def test_renders_objects_kubernetes_and_kuberay_accept(values, tmp_path: Path, c
 
 def test_helm_lint_strict_accepts_a_disaggregated_release(tmp_path: Path):
     values = tmp_path / "pd.yaml"
-    values.write_text(yaml.safe_dump(PD))
+    values.write_text(yaml.safe_dump({**PD, **INSTALL_VALUES}))
     out = helm("lint", "--strict", str(CHART), "-f", str(values))
     assert out.returncode == 0, out.stdout + out.stderr
 

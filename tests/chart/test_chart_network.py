@@ -164,19 +164,33 @@ def test_restricted_egress_denies_the_rest(flow: Flow, restricted_release):
     assert not check(cluster, endpoints, flow), f"allowed: {flow.why}"
 
 
-def test_operator_found_in_any_namespace_by_default_or_only_in_its_own(tmp_path: Path):
+def test_operator_namespace_is_required_and_pins_the_dashboard_rule(tmp_path: Path):
+    unset = {"networkPolicy": {"kuberayOperator": {"namespace": ""}}}
+    stderr = render(tmp_path, unset, expect_ok=False)
+    assert "networkPolicy.kuberayOperator.namespace is required" in stderr
+    assert render(tmp_path, {"networkPolicy": {"enabled": False, "kuberayOperator": {}}})
     spoofed = Flow("spoofed-operator", "head", 8265, "")
-    for namespace in ("kuberay-operator", "ray-system", "default"):
-        cluster, endpoints = cluster_endpoints(render(tmp_path, {}), namespace)
-        assert check(cluster, endpoints, NEEDED[0]), namespace
-    # The default admits the chart's labels anywhere (the README says so) ...
-    assert check(*cluster_endpoints(render(tmp_path, {})), spoofed)
-    # ... and a configured namespace shuts out look-alikes elsewhere.
+    # A named namespace: the operator there reaches the dashboard and the proxy, pods with
+    # its labels anywhere else do not.
     pinned = render(tmp_path, {"networkPolicy": {"kuberayOperator": {"namespace": "ray-system"}}})
     assert check(*cluster_endpoints(pinned, "ray-system"), NEEDED[0])
     assert check(*cluster_endpoints(pinned, "ray-system"), NEEDED[1])
     assert not check(*cluster_endpoints(pinned, "ray-system"), spoofed)
     assert not check(*cluster_endpoints(pinned, "kuberay-operator"), NEEDED[0])
+    # anyNamespace is the explicit choice to admit the labels from every namespace.
+    anywhere = render(
+        tmp_path, {"networkPolicy": {"kuberayOperator": {"namespace": "", "anyNamespace": True}}}
+    )
+    for namespace in ("kuberay-operator", "ray-system", "default"):
+        assert check(*cluster_endpoints(anywhere, namespace), NEEDED[0]), namespace
+    assert check(*cluster_endpoints(anywhere), spoofed)
+    both = {"networkPolicy": {"kuberayOperator": {"namespace": "ray", "anyNamespace": True}}}
+    assert "contradict each other" in render(tmp_path, both, expect_ok=False)
+    for bad in ("Ray-System", "ray_system", "*", "a" * 64):
+        stderr = render(
+            tmp_path, {"networkPolicy": {"kuberayOperator": {"namespace": bad}}}, expect_ok=False
+        )
+        assert "kuberayOperator" in stderr and "namespace" in stderr, bad
 
 
 def test_api_peers_restrict_clients_but_not_the_operator_or_helm_test(tmp_path: Path):

@@ -13,10 +13,11 @@ import yaml
 
 from serving.chart import generated
 from serving.doctor.k8s import quantity
-from serving.doctor.plan import PodPlan, find_helm, make_plan
+from serving.doctor.plan import PodPlan, deep_merge, find_helm, make_plan
 from tests.chart.test_doctor_preflight import by_check, failed, only, preflight
 from tests.support import doctor_cluster as dc
 from tests.support import doctor_scenarios as sc
+from tests.support.chart_render import INSTALL_VALUES
 
 # Prefill 2-4 replicas, decode 1 with its own memory: 3 pods (24 GPUs) at the minimum.
 PD = {
@@ -44,7 +45,7 @@ PD_SETS = (
 
 def _plan(values: dict, tmp_path: Path, helm: str | None):
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump(values))
+    path.write_text(yaml.safe_dump(deep_merge(INSTALL_VALUES, values)))
     chart = generated.CHART_DIR
     return make_plan("h200-flash-mtp", None, "dsv4", "dsv4", [str(path)], [], helm, chart, None, [])
 

@@ -35,6 +35,8 @@ def preflight(capsys, tmp_path: Path, objects: list, preset="h200-flash-mtp", *e
         str(dump),
         "--set",
         "model.download.enabled=true",
+        "--set",
+        f"networkPolicy.kuberayOperator.namespace={dc.OPERATOR_NAMESPACE}",
         *extra,
     )
 
@@ -62,7 +64,7 @@ def failed(report: dict) -> set[str]:
 def test_healthy_h200_cluster_passes_every_check(capsys, tmp_path, shared_dir):
     code, report = preflight(capsys, tmp_path, sc.healthy_h200(shared_dir))
     assert code == 0, [f for f in report["findings"] if f["status"] != "pass"]
-    assert report["summary"] == {"pass": 18, "warn": 0, "fail": 0}
+    assert report["summary"] == {"pass": 19, "warn": 0, "fail": 0}
     checks = by_check(report)
     assert "helm v4" in checks["chart.render"][0]["title"]
     assert "v1.3.2" in checks["kuberay.operator"][0]["title"]
@@ -187,6 +189,58 @@ def test_arm64_gpu_nodes_meet_an_amd64_image(capsys, tmp_path, shared_dir):
     assert code == 0, failed(report)
     code, report = preflight(capsys, tmp_path, objects, "gb300-pro-mtp", "--image-arch", "arm64")
     assert code == 0, failed(report)
+
+
+def test_operator_namespace_named_filled_in_or_wrong(capsys, tmp_path, shared_dir):
+    objects = sc.healthy_h200(shared_dir)
+    code, report = preflight(capsys, tmp_path, objects)
+    assert only(report, "network.operator")["status"] == "pass"
+    assert dc.OPERATOR_NAMESPACE in only(report, "network.operator")["title"]
+    # Left out: helm would refuse the install; the doctor names the value and the namespace
+    # the operator runs in, and checks the rest as if it were set.
+    dump = dc.write_dump(tmp_path / "dump", objects)
+    code, report = doctor(
+        capsys, "preflight", "h200-flash-mtp", "-n", dc.NAMESPACE, "--from-dump", str(dump)
+    )
+    finding = only(report, "network.operator")
+    assert finding["status"] == "warn" and "helm install fails without it" in finding["title"]
+    assert (
+        finding["fix"]
+        == f"add --set networkPolicy.kuberayOperator.namespace={dc.OPERATOR_NAMESPACE}"
+    )
+    assert only(report, "chart.render")["status"] == "pass"
+    # Another namespace than the operator's: KubeRay could never configure the RayService.
+    code, report = preflight(
+        capsys,
+        tmp_path,
+        objects,
+        "h200-flash-mtp",
+        "--set",
+        "networkPolicy.kuberayOperator.namespace=ray",
+    )
+    assert code == 1 and failed(report) == {"network.operator"}
+    assert (
+        "from namespace ray, but it runs in kuberay-system"
+        in only(report, "network.operator")["title"]
+    )
+    # Any namespace, chosen explicitly: admitted, with the risk named.
+    code, report = preflight(
+        capsys,
+        tmp_path,
+        objects,
+        "h200-flash-mtp",
+        "--set",
+        "networkPolicy.kuberayOperator.namespace=",
+        "--set",
+        "networkPolicy.kuberayOperator.anyNamespace=true",
+    )
+    assert code == 0 and only(report, "network.operator")["status"] == "warn"
+    assert "from any namespace" in only(report, "network.operator")["title"]
+    # No NetworkPolicy: nothing to check.
+    code, report = preflight(
+        capsys, tmp_path, objects, "h200-flash-mtp", "--set", "networkPolicy.enabled=false"
+    )
+    assert code == 0 and "network.operator" not in by_check(report)
 
 
 def test_missing_kuberay_operator(capsys, tmp_path, shared_dir):

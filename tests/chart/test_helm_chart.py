@@ -14,7 +14,7 @@ import yaml
 from serving.chart import generated
 from serving.chart.presets_table import presets_table
 from serving.config.build_args import resolve
-from tests.support.chart_render import CHART, ROOT, by_kind, helm, render
+from tests.support.chart_render import CHART, OPERATOR_NAMESPACE, ROOT, by_kind, helm, render
 from tests.support.crd_schema import CrdValidator
 from tests.support.server_process import PYTHON
 
@@ -50,12 +50,18 @@ def validate_all(objects: list[dict], crds: dict[str, CrdValidator]) -> None:
 
 
 def test_helm_lint_strict():
+    operator = f"networkPolicy.kuberayOperator.namespace={OPERATOR_NAMESPACE}"
     for platform_values in ({}, {"preset": "mi355x-pro-mtp", "platform": "rocm"}):
-        args = ["lint", "--strict", str(CHART)]
+        args = ["lint", "--strict", str(CHART), "--set", operator]
         for key, value in platform_values.items():
             args += ["--set", f"{key}={value}"]
         out = helm(*args)
         assert out.returncode == 0, out.stdout + out.stderr
+    # The chart's bare defaults: the operator's namespace is the one value a user must give
+    # (helm lint logs a template's `fail` and passes; template and install stop on it).
+    bare = helm("template", "rel", str(CHART))
+    assert bare.returncode != 0
+    assert "networkPolicy.kuberayOperator.namespace is required" in bare.stderr
 
 
 def test_generated_chart_files_are_current():

@@ -25,6 +25,10 @@ MONITORING_APIS = [
     "monitoring.coreos.com/v1/PrometheusRule",
 ]
 NAMESPACE = "dsv4"
+# The namespace the install command names for the KubeRay operator (the chart requires one);
+# a test's own values override it.
+OPERATOR_NAMESPACE = "kuberay-operator"
+INSTALL_VALUES = {"networkPolicy": {"kuberayOperator": {"namespace": OPERATOR_NAMESPACE}}}
 
 
 def helm(*args: str) -> subprocess.CompletedProcess:
@@ -32,8 +36,16 @@ def helm(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120)
 
 
-def _args(values_file: Path, release: str, apis: list[str]) -> list[str]:
-    args = [release, str(CHART), "-n", NAMESPACE, "-f", str(values_file)]
+def _values_files(values_file: Path, values: dict) -> list[str]:
+    """`-f` arguments: the install command's values, then the test's (the later file wins)."""
+    install = values_file.with_name("install-values.yaml")
+    install.write_text(yaml.safe_dump(INSTALL_VALUES))
+    values_file.write_text(yaml.safe_dump(values))
+    return ["-f", str(install), "-f", str(values_file)]
+
+
+def _args(values_file: Path, values: dict, release: str, apis: list[str]) -> list[str]:
+    args = [release, str(CHART), "-n", NAMESPACE, *_values_files(values_file, values)]
     for api in apis:
         args += ["--api-versions", api]
     return args
@@ -47,9 +59,7 @@ def render(
     release: str = "rel",
 ) -> list[dict] | str:
     """The objects `helm template` renders, or its stderr when expect_ok is False."""
-    values_file = tmp_path / "values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
-    out = helm("template", *_args(values_file, release, apis))
+    out = helm("template", *_args(tmp_path / "values.yaml", values, release, apis))
     if not expect_ok:
         assert out.returncode != 0, "helm template accepted bad values"
         return out.stderr
@@ -78,9 +88,8 @@ def notes(tmp_path: Path, values: dict, apis: list[str] = MONITORING_APIS) -> st
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes-under-test}\n"
         'data:\n  notes: {{ include "notes-under-test" . | toJson }}\n'
     )
-    values_file = tmp_path / "values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
-    args = ["template", "rel", str(chart), "-n", NAMESPACE, "-f", str(values_file)]
+    files = _values_files(tmp_path / "values.yaml", values)
+    args = ["template", "rel", str(chart), "-n", NAMESPACE, *files]
     for api in apis:
         args += ["--api-versions", api]
     args += ["--show-only", "templates/notes-under-test.yaml"]

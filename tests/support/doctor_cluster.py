@@ -31,6 +31,7 @@ Obj = dict[str, Any]
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 NAMESPACE = "dsv4"
 RELEASE = "dsv4"
+OPERATOR_NAMESPACE = "kuberay-system"
 SERVICE = "dsv4-dsv4-serve"  # dsv4.fullname for release dsv4
 KUBE_VERSION = "v1.30.4"
 GiB = 1024**3
@@ -379,14 +380,14 @@ def kuberay_operator(version: str = "v1.3.2", ready: int = 1, watch: str | None 
         "metadata": meta(
             "Deployment",
             "kuberay-operator",
-            "kuberay-system",
+            OPERATOR_NAMESPACE,
             age_min=9000,
             labels=labels,
             generation=1,
             annotations={
                 "deployment.kubernetes.io/revision": "1",
                 "meta.helm.sh/release-name": "kuberay-operator",
-                "meta.helm.sh/release-namespace": "kuberay-system",
+                "meta.helm.sh/release-namespace": OPERATOR_NAMESPACE,
             },
         ),
         "spec": {
@@ -490,7 +491,7 @@ def cluster_base(
     storage: list[Obj] | None = None,
     operator: Obj | None = "default",  # type: ignore[assignment]
     monitoring: bool = True,
-    namespaces: tuple[str, ...] = ("default", "kube-system", "kuberay-system", NAMESPACE),
+    namespaces: tuple[str, ...] = ("default", "kube-system", OPERATOR_NAMESPACE, NAMESPACE),
 ) -> list[Obj]:
     objects: list[Obj] = [namespace(n) for n in namespaces]
     objects += nodes
@@ -554,6 +555,9 @@ def _rendered(preset: str, platform: str, values_json: str) -> tuple[Obj, ...]:
     helm = find_helm(None)
     assert helm, "helm missing: `make deps` installs it into .cache/tools"
     values = json.loads(values_json)
+    # As installed: with the operator's namespace the chart requires (where kuberay_operator runs).
+    operator = values.setdefault("networkPolicy", {}).setdefault("kuberayOperator", {})
+    operator.setdefault("namespace", OPERATOR_NAMESPACE)
     sets = [f"preset={preset}", f"platform={platform}"]
     files = []
     if values:

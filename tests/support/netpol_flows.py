@@ -88,6 +88,7 @@ NEEDED = [
 DENIED = [
     Flow("tenant", "head", 8265, "the dashboard runs Ray jobs: only the operator"),
     Flow("same-ns-app", "head", 8265, "another app in the namespace is not the operator"),
+    Flow("spoofed-operator", "head", 8265, "the operator's labels in another namespace: no"),
     Flow("same-ns-app", "head", 6379, "GCS only from the release's Ray pods"),
     Flow("tenant", "worker-0", 10005, "Ray's worker ports only from the release's Ray pods"),
     Flow("tenant", "head", 8080, "metrics only from the monitoring namespace"),

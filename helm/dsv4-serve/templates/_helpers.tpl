@@ -233,6 +233,14 @@ What the API server or KubeRay would reject later, or what would never work: fai
 */}}
 {{- define "dsv4.validate" -}}
 {{- $full := include "dsv4.fullname" . }}
+{{- /* The dashboard accepts Ray jobs: which namespace may reach it is the user's decision. */}}
+{{- $op := .Values.networkPolicy.kuberayOperator }}
+{{- if and .Values.networkPolicy.enabled (not $op.namespace) (not $op.anyNamespace) }}
+{{- fail "networkPolicy.kuberayOperator.namespace is required: the NetworkPolicy admits the KubeRay operator to the Ray dashboard (8265), which runs Ray jobs. Set it to the operator's namespace (kubectl get deploy -A -l app.kubernetes.io/name=kuberay-operator), or set networkPolicy.kuberayOperator.anyNamespace=true to admit pods with the operator's labels from any namespace" }}
+{{- end }}
+{{- if and $op.namespace $op.anyNamespace }}
+{{- fail (printf "networkPolicy.kuberayOperator: namespace=%s and anyNamespace=true contradict each other; set one" $op.namespace) }}
+{{- end }}
 {{- /* kuberay utils/validation.go ValidateRayServiceMetadata: DNS-1035, <= 47 characters. */}}
 {{- if or (gt (len $full) 47) (not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full)) }}
 {{- fail (printf "release name %q makes the RayService name %q, which KubeRay rejects: it must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, at most 47 characters); choose another release name or set fullnameOverride" .Release.Name $full) }}
