@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -292,6 +291,15 @@ def _run(container: dict, env: dict[str, str], path: str, argv: list[str] | None
     return subprocess.run(command, env=full, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+def _start(container: dict, env: dict[str, str], path: str) -> subprocess.Popen:
+    """The container's command started, its output read as it comes."""
+    command = [*container["command"], *container.get("args", [])]
+    full = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), **_env(container), **env}
+    return subprocess.Popen(
+        command, env=full, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 def _manifest(root: Path, vllm: str | None = None) -> cache_manifest.Manifest:
     """A manifest of this machine (or one that says another vLLM built the cache)."""
     versions = cache_manifest.node_versions()
@@ -334,17 +342,18 @@ def test_wait_ends_once_the_warm_writes_a_manifest_that_fits(
     old = _manifest(cache, vllm="0.0.1")  # an older image's warm
     old.dump(cache)
     fits = _manifest(cache)
-    writer = threading.Timer(2.0, fits.dump, args=(cache,))  # the new Job finishes
     env = {"DSV4_JIT_CACHE": str(cache), "WAIT_SECONDS": "120", "POLL_SECONDS": "1"}
     began = time.monotonic()
-    writer.start()
-    try:
-        out = _run(wait_container, env, python3_on_path)
-    finally:
-        writer.cancel()
-    assert out.returncode == 0, out.stderr
+    proc = _start(wait_container, env, python3_on_path)
+    assert proc.stdout is not None
+    # The new Job finishes once the wait has judged the old manifest and is waiting (a
+    # timer instead lost the race on a busy machine, before the wait's first read).
+    lines = [proc.stdout.readline().rstrip("\n"), proc.stdout.readline().rstrip("\n")]
+    fits.dump(cache)
+    rest, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
     assert time.monotonic() - began < 100
-    lines = out.stdout.splitlines()
+    lines += rest.splitlines()
     assert lines[0] == _fit(cache, old)
     assert "does not fit this node" in lines[0]
     assert "waiting for the JIT warm Job to fill" in lines[1]
