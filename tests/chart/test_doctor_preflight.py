@@ -193,6 +193,11 @@ def test_arm64_gpu_nodes_meet_an_amd64_image(capsys, tmp_path, shared_dir):
 
 def test_operator_namespace_named_filled_in_or_wrong(capsys, tmp_path, shared_dir):
     objects = sc.healthy_h200(shared_dir)
+
+    def with_sets(*sets: str) -> tuple[int, dict]:
+        args = [arg for item in sets for arg in ("--set", item)]
+        return preflight(capsys, tmp_path, objects, "h200-flash-mtp", *args)
+
     code, report = preflight(capsys, tmp_path, objects)
     assert only(report, "network.operator")["status"] == "pass"
     assert dc.OPERATOR_NAMESPACE in only(report, "network.operator")["title"]
@@ -210,36 +215,21 @@ def test_operator_namespace_named_filled_in_or_wrong(capsys, tmp_path, shared_di
     )
     assert only(report, "chart.render")["status"] == "pass"
     # Another namespace than the operator's: KubeRay could never configure the RayService.
-    code, report = preflight(
-        capsys,
-        tmp_path,
-        objects,
-        "h200-flash-mtp",
-        "--set",
-        "networkPolicy.kuberayOperator.namespace=ray",
-    )
+    code, report = with_sets("networkPolicy.kuberayOperator.namespace=ray")
     assert code == 1 and failed(report) == {"network.operator"}
     assert (
         "from namespace ray, but it runs in kuberay-system"
         in only(report, "network.operator")["title"]
     )
     # Any namespace, chosen explicitly: admitted, with the risk named.
-    code, report = preflight(
-        capsys,
-        tmp_path,
-        objects,
-        "h200-flash-mtp",
-        "--set",
+    code, report = with_sets(
         "networkPolicy.kuberayOperator.namespace=",
-        "--set",
         "networkPolicy.kuberayOperator.anyNamespace=true",
     )
     assert code == 0 and only(report, "network.operator")["status"] == "warn"
     assert "from any namespace" in only(report, "network.operator")["title"]
     # No NetworkPolicy: nothing to check.
-    code, report = preflight(
-        capsys, tmp_path, objects, "h200-flash-mtp", "--set", "networkPolicy.enabled=false"
-    )
+    code, report = with_sets("networkPolicy.enabled=false")
     assert code == 0 and "network.operator" not in by_check(report)
 
 
