@@ -3,7 +3,10 @@ cpu-tiny` with a `disaggregation` section (one prefill and one decode engine, KV
 in host memory, MTP k=2 on decode only) behind our ingress and gateway, through the
 official openai client. The checkpoint is the golden model's "numeric" variant, whose
 attention, compressor and indexer reach the logits, so decode text built on wrong KV would
-differ; the reference is one engine alone on the same checkpoint.
+differ; the reference is one engine alone on the same checkpoint. Where the two texts part,
+the disaggregated continuation is judged token by token by that engine teacher-forced on it:
+on CPUs without AVX-512 (eager ops) the bf16 sums differ with batch shapes, and this
+checkpoint's greedy decode has near-ties that such rounding reorders.
 
 Every engine here runs one OpenMP thread on one core (VLLM_CPU_OMP_THREADS_BIND): vLLM gives
 a NIXL engine two threads where a plain engine gets one, and bf16 sums differ with the
@@ -39,6 +42,9 @@ MAX_TOKENS = 24
 # The core this xdist worker binds its engines to (tests/support/parallel.py), else 0.
 THREADS = {BIND: os.environ.get(BIND) or "0"}
 EXTERNAL = "ray_vllm_prompt_tokens_by_source_total"
+# How far below the top token a continuation token may be: what bf16 rounding moves a
+# log-prob by, at most 0.499 on the one-ulp-jittered checkpoint (docs/plugin.md).
+NEAR_TIE = 0.5
 
 
 def prompts() -> dict[str, str]:
@@ -123,11 +129,40 @@ def test_the_app_runs_prefill_and_decode_engines_behind_the_ingress(app):
         assert deployment in text
 
 
+def greedy_gaps(numeric_dir, pairs: list[tuple[str, str]]) -> list[dict]:
+    """Per (prompt, continuation): its token count and, for each token, how far the
+    reference engine's top token's log-prob lies above it (tests/support/greedy_judge_runner)."""
+    return child_result(
+        "tests.support.greedy_judge_runner", str(numeric_dir), json.dumps(pairs), env=THREADS
+    )
+
+
+def assert_one_engine_s_text(text: str, expected: str, verdict: dict | None) -> None:
+    """The reference's text, or where they part a continuation greedy up to a near-tie."""
+    if text == expected:
+        return
+    assert verdict is not None, (text, expected)
+    assert verdict["tokens"] == MAX_TOKENS, verdict
+    assert max(verdict["gaps"]) <= NEAR_TIE, (text, expected, verdict)
+
+
+@pytest.fixture(scope="module")
+def parted(numeric_dir, served, reference) -> dict[str, dict]:
+    """Verdicts for the served texts that part from the reference's (one engine run)."""
+    names = [n for n, a in served.items() if a.choices[0].text != reference[n]]
+    if not names:
+        return {}
+    pairs = [(prompts()[n], served[n].choices[0].text) for n in names]
+    verdicts = greedy_gaps(numeric_dir, pairs)
+    print("parted from the reference:", dict(zip(names, verdicts, strict=True)))
+    return dict(zip(names, verdicts, strict=True))
+
+
 @pytest.mark.parametrize("name", list(prompts()))
-def test_disaggregated_text_is_one_engine_s_text(served, reference, name: str):
+def test_disaggregated_text_is_one_engine_s_text(served, reference, parted, name: str):
     answer = served[name]
     assert answer.usage.completion_tokens == MAX_TOKENS
-    assert answer.choices[0].text == reference[name]
+    assert_one_engine_s_text(answer.choices[0].text, reference[name], parted.get(name))
 
 
 def test_decode_took_every_prompt_token_from_prefill_over_nixl(app, served):
@@ -227,7 +262,7 @@ def _complete(client: openai.OpenAI, prompt: str, outcome: dict) -> None:
 
 
 def test_a_prefill_replica_killed_before_it_answers_gives_an_error_or_the_right_text(
-    app, served, reference
+    app, served, reference, numeric_dir
 ):
     """The prefill replica's process (and its engine) is SIGKILLed while it computes a
     2000-token prompt, as a node loss would: the client gets a clean HTTP error or, retried,
@@ -247,9 +282,7 @@ def test_a_prefill_replica_killed_before_it_answers_gives_an_error_or_the_right_
     request.join(900)
     answered = time.monotonic() - killed
     assert not request.is_alive() and "broken" not in outcome, outcome
-    if "text" in outcome:
-        assert outcome["text"] == reference[KILLED]
-    else:
+    if "text" not in outcome:
         assert outcome["status"] >= 500 and json.loads(outcome["body"])["error"], outcome
     # Serve replaces the replica (a new engine start); then the app is whole again.
     deadline = time.monotonic() + 600
@@ -259,8 +292,17 @@ def test_a_prefill_replica_killed_before_it_answers_gives_an_error_or_the_right_
         if "text" in after or time.monotonic() > deadline:
             break
         time.sleep(5)
-    assert after.get("text") == reference["medium"], after
+    assert "text" in after, after
     assert _prefill_replica(app).pid != replica.pid
+    # Both texts against the one engine's, judged where they part (one engine run).
+    texts = {KILLED: outcome.get("text"), "medium": after["text"]}
+    prompt_of = {KILLED: killed_prompt(), "medium": prompts()["medium"]}
+    parts = [n for n, t in texts.items() if t is not None and t != reference[n]]
+    verdicts = greedy_gaps(numeric_dir, [(prompt_of[n], texts[n]) for n in parts]) if parts else []
+    judged = dict(zip(parts, verdicts, strict=True))
+    for name, text in texts.items():
+        if text is not None:
+            assert_one_engine_s_text(text, reference[name], judged.get(name))
     # What the client got and when (pytest -s shows it; docs/disaggregation.md quotes it).
     got = "the text" if "text" in outcome else f"HTTP {outcome['status']}"
     print(f"killed prefill: {got} {answered:.1f} s after the kill, "
