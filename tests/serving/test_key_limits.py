@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from serving.gateway.keys import key_id
+from serving.records import store as records
 from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app
 
@@ -56,6 +57,7 @@ def app(tmp_path_factory: pytest.TempPathFactory):
         with ray_app(tmp / "up.log", FLOOD_KEY, extra=limits) as running:
             yield running
     (tmp / "key_limits.json").write_text(json.dumps(FIGURES, indent=2))
+    records.write("key_limits", FIGURES, "make record-reliability")
     print("key limits figures:", json.dumps(FIGURES, indent=2))
 
 

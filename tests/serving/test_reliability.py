@@ -2,7 +2,8 @@
 bad input, fuzzing, overload, client disconnect, a killed engine replica and SIGTERM.
 
 Figures (kinds tried, rejections, recovery seconds, RSS) are printed and written to
-``reliability.json`` in the test's temporary directory; the README quotes a run."""
+``reliability.json`` in the test's temporary directory, and with DSV4_RECORD_DIR set to the
+record docs/reliability.md renders (`make record-reliability`)."""
 
 import asyncio
 import json
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serving.golden import GoldenDesign
+from serving.records import store as records
 from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 from tests.support.golden_prompts import prompt_of
 from tests.support.prom_samples import scrape, total
@@ -34,6 +36,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 MAX_ONGOING, MAX_QUEUED = 4, 4
 FIGURES: dict = {}
+RECORD_COMMAND = "make record-reliability"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +55,7 @@ def app(tmp_path_factory: pytest.TempPathFactory):
             yield running
             running["client"].close()
     (tmp / "reliability.json").write_text(json.dumps(FIGURES, indent=2))
+    records.write("reliability", FIGURES, RECORD_COMMAND)
     print("reliability figures:", json.dumps(FIGURES, indent=2))
 
 

@@ -1,0 +1,17 @@
+"""Generated regions in hand-written pages: a table rendered from records sits between two
+markers; the prose around it stays the author's."""
+
+from __future__ import annotations
+
+BEGIN = "<!-- generated: {} (dsv4-serve generate; do not edit) -->"
+END = "<!-- end generated: {} -->"
+
+
+def with_region(text: str, name: str, body: str) -> str:
+    """``text`` with the region ``name`` holding ``body``."""
+    begin, end = BEGIN.format(name), END.format(name)
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"expected one region {begin} ... {end}")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{body.rstrip()}\n{end}{tail}"

@@ -1,0 +1,59 @@
+"""Records and the tables rendered from them (serving/records): a region is replaced and
+nothing else, a table's cells come from the record's figures, and the committed page is
+what `dsv4-serve generate` renders from the committed records."""
+
+import json
+
+import pytest
+
+from serving.chart import generated
+from serving.records import reliability_table, store
+from serving.records.regions import BEGIN, END, with_region
+
+
+def test_a_region_is_replaced_and_the_prose_kept():
+    text = f"intro\n{BEGIN.format('t')}\nold\n{END.format('t')}\noutro\n"
+    out = with_region(text, "t", "new | row\n")
+    assert out == f"intro\n{BEGIN.format('t')}\nnew | row\n{END.format('t')}\noutro\n"
+    assert with_region(out, "t", "new | row") == out
+    for broken in ("no markers", f"{END.format('t')}\n{BEGIN.format('t')}", text + text):
+        with pytest.raises(ValueError, match="expected one region"):
+            with_region(broken, "t", "x")
+
+
+def test_a_record_is_written_only_where_asked_and_reads_back(tmp_path, monkeypatch):
+    monkeypatch.delenv(store.RECORD_DIR_ENV, raising=False)
+    assert store.write("r", {"a": 1}, "make r") is None
+    monkeypatch.setenv(store.RECORD_DIR_ENV, str(tmp_path))
+    path = store.write("r", {"a": 1}, "make r")
+    record = store.load("r", tmp_path)
+    assert path == tmp_path / "r.json" and record.figures == {"a": 1}
+    assert record.command == "make r" and record.commit and "cores" in record.machine
+    (tmp_path / "bad.json").write_text(json.dumps({"name": "bad"}))
+    with pytest.raises(ValueError, match="bad.json"):
+        store.load("bad", tmp_path)
+
+
+def test_the_reliability_table_counts_what_the_record_holds():
+    records = {name: store.load(name) for name in reliability_table.RECORDS}
+    figures = records["reliability"].figures
+    # A 5xx in the record shows in the table, not hidden by a summary written by hand.
+    figures["bad_input"]["malformed-json"] = 500
+    text = reliability_table.table(records)
+    kinds = len(figures["bad_input"])
+    (row,) = [line for line in text.splitlines() if line.startswith(f"| bad input, {kinds} kinds")]
+    assert row.rstrip(" |").endswith("; 1 5xx")
+    assert f"API answering again {figures['recovery_s']} s after the kill" in text
+    assert all(r.commit in text for r in records.values())
+
+
+def test_the_route_counts_are_the_route_table_s():
+    from serving.gateway.routes import ROUTES
+
+    text = reliability_table.table()
+    assert f"the table classifies {len(ROUTES)} routes" in text
+
+
+def test_the_committed_page_is_rendered_from_the_committed_records():
+    page = generated.ROOT / reliability_table.DOC
+    assert generated.docs_tables()[page] == page.read_text(), "run `dsv4-serve generate`"
