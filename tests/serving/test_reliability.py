@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serving.golden import GoldenDesign
-from serving.records import store as records
 from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
+from serving.records import store as records
 from tests.support.golden_prompts import prompt_of
 from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app
