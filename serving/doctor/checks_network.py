@@ -20,6 +20,14 @@ DASHBOARD_PORT = 8265
 ANY = "any namespace"  # no namespace name has a space
 
 
+def operator_namespaces(cluster: Cluster) -> list[str]:
+    """Where KubeRay operators run (none where the cluster cannot say)."""
+    try:
+        return sorted({namespace(d) for d in find_operators(cluster)})
+    except Unavailable:
+        return []
+
+
 def operator_namespace_to_fill(cluster: Cluster, user_values: dict) -> str | None:
     """The operator's namespace, where the user's values leave the required value out and
     exactly one namespace runs a KubeRay operator; else None (helm then names the value)."""
@@ -27,11 +35,8 @@ def operator_namespace_to_fill(cluster: Cluster, user_values: dict) -> str | Non
     operator = policy.get("kuberayOperator") or {}
     if policy.get("enabled") is False or operator.get("namespace") or operator.get("anyNamespace"):
         return None
-    try:
-        found = {namespace(d) for d in find_operators(cluster)}
-    except Unavailable:
-        return None
-    return found.pop() if len(found) == 1 else None
+    found = operator_namespaces(cluster)
+    return found[0] if len(found) == 1 else None
 
 
 def admitted_namespace(objects: list[Obj]) -> str | None:
@@ -56,10 +61,7 @@ def check_operator_namespace(ctx: PreflightContext) -> Finding | None:
     filled, admitted = ctx.filled_operator_namespace, admitted_namespace(ctx.plan.objects)
     if admitted is None:  # no NetworkPolicy, or the chart did not render
         return None
-    try:
-        running = sorted({namespace(d) for d in find_operators(ctx.cluster)})
-    except Unavailable:
-        running = []
+    running = operator_namespaces(ctx.cluster)
     if not running:  # kuberay.operator says so
         return None
     if filled:
