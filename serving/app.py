@@ -57,6 +57,8 @@ def build(args: dict[str, Any]) -> Any:
         thresholds={config.model_id: preset.monitoring.model_dump()},
         key_max_concurrent=preset.deployment.per_key.max_concurrent,
         key_tokens_per_minute=preset.deployment.per_key.tokens_per_minute,
+        # Every layout's gateway refuses an output budget past the context.
+        max_output_tokens=config.engine_kwargs.get("max_model_len"),
     )
     if preset.disaggregation:
         from serving.disagg.app import build_pd_engines

@@ -45,14 +45,10 @@ class Dsv4Server(LLMServer):
         # Routes that need an engine feature (elastic EP, ...) are off unless it is on.
         features = enabled_features(self._llm_config.engine_kwargs)
         models = [self._llm_config.model_id]
-        options = self._gateway
-        if options.max_output_tokens is None:  # no request may ask past the context
-            context = self._llm_config.engine_kwargs.get("max_model_len")
-            options = options.model_copy(update={"max_output_tokens": context})
         wrap_app(
             app,
             models=models,
-            options=options,
+            options=self._gateway,
             liveness=liveness,
             features=features,
             replica_id=this_replica(),
