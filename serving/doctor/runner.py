@@ -76,7 +76,8 @@ def preflight(args: argparse.Namespace, progress: Progress) -> tuple[Header, lis
     namespace = _namespace(cluster, args)
     # A value the chart requires and the cluster answers: the rest is checked as if it were
     # set, and network.operator says what to add.
-    filled = operator_namespace_to_fill(cluster, user_values(args.values, args.set))
+    values = user_values(args.values, args.set)  # validates the files before helm sees them
+    filled = operator_namespace_to_fill(cluster, values)
     sets = [*args.set, f"{OPERATOR_NAMESPACE_VALUE}={filled}"] if filled else args.set
     progress.step("rendering the chart…")
     plan = make_plan(
@@ -91,10 +92,7 @@ def preflight(args: argparse.Namespace, progress: Progress) -> tuple[Header, lis
         kube_version,
         _monitoring_apis(cluster),
     )
-    arches = tuple(
-        args.image_arch
-        or image_arches(args.chart, user_values(args.values, args.set), plan.platform)
-    )
+    arches = tuple(args.image_arch or image_arches(args.chart, values, plan.platform))
     ctx = PreflightContext(
         cluster,
         plan,

@@ -7,6 +7,11 @@ BEGIN = "<!-- generated: {} (dsv4-serve generate; do not edit) -->"
 END = "<!-- end generated: {} -->"
 
 
+def table_cell(text: str) -> str:
+    """Text as one markdown table cell: one line, pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
 def with_region(text: str, name: str, body: str) -> str:
     """``text`` with the region ``name`` holding ``body``."""
     begin, end = BEGIN.format(name), END.format(name)

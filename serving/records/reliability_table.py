@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from serving.records.regions import table_cell
 from serving.records.store import Record, load
 
 RECORDS = ("reliability", "key_limits")
@@ -201,10 +202,6 @@ ROWS = (
 )
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
-
-
 def table(records: dict[str, Record] | None = None) -> str:
     records = records or {name: load(name) for name in RECORDS}
     figures: dict[str, Any] = {name: rec.figures for name, rec in records.items()}
@@ -213,7 +210,9 @@ def table(records: dict[str, Record] | None = None) -> str:
         case = row.case(figures) if callable(row.case) else row.case
         measured = row.measured(figures) if row.measured else "—"
         lines.append(
-            "| " + " | ".join(_cell(c) for c in (case, row.test, row.behaviour, measured)) + " |"
+            "| "
+            + " | ".join(table_cell(c) for c in (case, row.test, row.behaviour, measured))
+            + " |"
         )
     sources = "; ".join(
         f"`docs/records/{name}.json`: {rec.commit}, {rec.recorded}, {rec.machine}, "
