@@ -134,6 +134,18 @@ wait_job() {  # NAME
         echo "job $1 still running after ${WAIT_S:-540} s: poll again"
     fi
 }
+# What a step that collects a background bench exits with: 0 once its report is written,
+# 75 while the bench still runs (poll again), 1 when it ended without one.
+report_rc() {  # REPORT OUT_DIR_NAME
+    if [ -f "$1" ]; then
+        echo 0
+    elif pgrep -f "[s]erving.cli bench .*/$2" >/dev/null; then
+        echo 75
+    else
+        echo "the bench ended without $1" >&2
+        echo 1
+    fi
+}
 case $step in
 suite)
     rm -rf "$work/smoke"
@@ -169,6 +181,8 @@ suite)
     tar czf "$OUT/smoke.tgz" -C "$work" smoke
     tail -5 "$work/smoke.log"
     echo "suite exit $rc, smoke exit $smoke_rc"
+    [ "$rc" -ne 0 ] && exit "$rc"
+    exit "$smoke_rc"
     ;;
 bench)
     rm -rf "$work/bench-gpu"
@@ -181,6 +195,7 @@ bench)
     cp "$work/bench.log" "$work/bench-gpu/" 2>/dev/null
     tar czf "$OUT/bench-gpu.tgz" -C "$work" bench-gpu
     echo "bench exit $rc"
+    exit "$rc"
     ;;
 guard)
     rm -rf "$work/bench-guard-gpu"
@@ -195,6 +210,7 @@ guard)
     cp "$work/guard.log" "$work/bench-guard-gpu/" 2>/dev/null
     tar czf "$OUT/bench-guard-gpu.tgz" -C "$work" bench-guard-gpu
     echo "guard bench exit $rc"
+    exit "$rc"
     ;;
 guard-long)
     # Cells long enough to tell a few % apart: a static engine's 16-request cell varied 1.37x
@@ -227,6 +243,7 @@ guard-wait)
     done
     tail -25 "$work/bench-guard-long/guard.log"
     tar czf "$OUT/bench-guard-long.tgz" -C "$work" bench-guard-long
+    exit "$(report_rc "$work/bench-guard-long/guard-report.json" bench-guard-long)"
     ;;
 prefix)
     export DSV4_GPU_OUT=$work/prefix DSV4_GPU_JOBS='prefix-cache-.*'
@@ -236,6 +253,7 @@ prefix)
     rc=${PIPESTATUS[0]}
     tar czf "$OUT/prefix.tgz" -C "$work" prefix
     echo "prefix exit $rc"
+    exit "$rc"
     ;;
 routing)
     rm -rf "$work/bench-routing-gpu"
@@ -257,6 +275,7 @@ wait)
     tail -15 "$work/bench-routing-gpu/bench.log"
     tar czf "$OUT/bench-routing-gpu.tgz" --exclude=logs -C "$work" bench-routing-gpu
     tar czf "$OUT/bench-routing-logs.tgz" -C "$work/bench-routing-gpu" logs 2>/dev/null
+    exit "$(report_rc "$work/bench-routing-gpu/routing.json" bench-routing-gpu)"
     ;;
 realwidth)
     rm -rf "$work/realwidth"
