@@ -10,8 +10,9 @@ vllm/benchmarks/forward/main.py dumps with ``--output-json`` (one entry per case
 ``ForwardBench.run``/``_make_forward``/``_capture_and_time``/``_time``, speculator.py
 ``DraftBench.check``), with ``--iters 2 --samples 2``; the log sample holds the line
 ``main`` prints per case. The tests below hold the samples' keys to that source, read with
-``ast`` from the 0.34 tree there is here (the matrix's side environment, /tmp/v034 or the
-wheel); the realwidth sample is the recorded docs/bench-realwidth/vllm034-h100-mtp.json.
+``ast`` from the matrix's side environment of vLLM 0.34 (built once when missing: these
+tests are slow-tier, as the matrix is); the realwidth sample is the recorded
+docs/bench-realwidth/vllm034-h100-mtp.json.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import ast
 import json
 import re
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -30,28 +30,25 @@ from serving.bench import forward_compare as fc
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "forward_compare"
 REALWIDTH = ROOT / "docs" / "bench-realwidth" / "vllm034-h100-mtp.json"
-SIDE_034 = ROOT / ".cache" / "vllm-matrix" / "0.34.0"
 FORWARD = "vllm/benchmarks/forward"
 
 
-def v034_source(rel: str) -> str | None:
-    """A file of vLLM 0.34.0's tree: the side environment's, /tmp/v034's or the wheel's."""
-    roots = [*SIDE_034.glob("lib/python3*/site-packages"), Path("/tmp/v034")]
-    for root in roots:
-        if (root / rel).is_file():
-            return (root / rel).read_text()
-    for wheel in sorted((ROOT / ".gpu" / "wheels").glob("vllm-0.34.0-*.whl")):
-        with zipfile.ZipFile(wheel) as zf:
-            if rel in zf.namelist():
-                return zf.read(rel).decode()
-    return None
+def side_034():
+    """vLLM 0.34.0's side environment of the version matrix, built once when missing
+    (`python -m model_overrides matrix --version 0.34.0`; the matrix tests build it too)."""
+    from model_overrides.compat import vllm_matrix
+
+    v = vllm_matrix.SUPPORTED["0.34.0"]
+    vllm_matrix.ensure_environment(v)
+    return v
 
 
 def tree(rel: str) -> ast.Module:
-    text = v034_source(rel)
-    if text is None:
-        pytest.skip(f"no vLLM 0.34.0 source here ({rel})")
-    return ast.parse(text)
+    """A file of vLLM 0.34.0's tree, parsed."""
+    from model_overrides.compat.vllm_matrix import SIDE_ROOT
+
+    (root,) = (SIDE_ROOT / side_034().vllm).glob("lib/python3*/site-packages")
+    return ast.parse((root / rel).read_text())
 
 
 def definition(module: ast.Module, qualname: str) -> ast.ClassDef | ast.FunctionDef:
@@ -133,6 +130,7 @@ def test_runs_cover_every_k_and_routing_with_a_case_per_concurrency(runs, model_
     assert k2[-2:] == ["--output-json", k2[-1]] and k2[-1].endswith("/forward-L3-k2-real.json")
 
 
+@pytest.mark.slow
 def test_options_are_vllm_034s_and_cases_match_its_grammar(runs):
     options = forward_options()
     for flag in ("--case", "--routing", "--kv-len-jitter", "--iters", "--samples"):
@@ -152,14 +150,12 @@ def test_options_are_vllm_034s_and_cases_match_its_grammar(runs):
                 assert re.fullmatch(pattern, body), body
 
 
+@pytest.mark.slow
 def test_vllm_034_parses_every_command_line(runs):
-    """Through vLLM 0.34's CLI in the matrix's side environment (built by
-    `python -m model_overrides matrix --version 0.34.0`; skipped where it is not built)."""
+    """Through vLLM 0.34's CLI in the matrix's side environment."""
     from model_overrides.compat import vllm_matrix
 
-    if not (SIDE_034 / ".complete").exists():
-        pytest.skip("vLLM 0.34.0's side environment is not built here")
-    v = vllm_matrix.SUPPORTED["0.34.0"]
+    v = side_034()
     argvs = [r.command[r.command.index("vllm.entrypoints.cli.main") + 1 :] for r in runs]
     proc = subprocess.run(
         [str(v.python), "-m", "tests.support.bench_forward_args"],
@@ -214,6 +210,7 @@ def test_commands_write_the_model_and_a_plan(tmp_path, capsys):
 # --- the result formats ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_forward_sample_has_the_keys_vllm_034_writes():
     main = tree(f"{FORWARD}/main.py")
     entry_keys = dict_keys(
@@ -261,6 +258,7 @@ def test_forward_sample_has_the_keys_vllm_034_writes():
             assert rank["latency_us"]["count"] == len(rank["latency_us"]["samples_us"]) == 4
 
 
+@pytest.mark.slow
 def test_log_sample_matches_the_line_vllm_034_prints():
     main = ast.unparse(definition(tree(f"{FORWARD}/main.py"), "main"))
     assert "reqs, " in main and "tokens, median" in main and "us, sample spread" in main
