@@ -3,10 +3,14 @@ cpu-tiny` with a `disaggregation` section (one prefill and one decode engine, KV
 in host memory, MTP k=2 on decode only) behind our ingress and gateway, through the
 official openai client. The checkpoint is the golden model's "numeric" variant, whose
 attention, compressor and indexer reach the logits, so decode text built on wrong KV would
-differ; the reference is one engine alone on the same checkpoint. Where the two texts part,
-the disaggregated continuation is judged token by token by that engine teacher-forced on it:
-on CPUs without AVX-512 (eager ops) the bf16 sums differ with batch shapes, and this
-checkpoint's greedy decode has near-ties that such rounding reorders.
+differ; the reference is one engine alone on the same checkpoint, started once the app has
+stopped. Where the two texts part, the disaggregated continuation is judged token by token
+by that engine teacher-forced on it: on CPUs without AVX-512 (eager ops) the bf16 sums
+differ with batch shapes, and this checkpoint's greedy decode has near-ties that such
+rounding reorders.
+
+The app is asked everything in one module fixture (the texts, the counters, a prefill
+replica killed mid-prompt), and the tests judge what it answered.
 
 Every engine here runs one OpenMP thread on one core (VLLM_CPU_OMP_THREADS_BIND): vLLM gives
 a NIXL engine two threads where a plain engine gets one, and bf16 sums differ with the
@@ -32,8 +36,8 @@ from tests.support.parallel import BIND
 from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app, ray_pids
 
-# The reference engine and the app start in the first test: on an AVX2 CPU, where DSV4's ops
-# run eager, more than the suite's 15 minutes may go to them.
+# The app's whole run, then the reference engine, happen in the first test's setup: on an
+# AVX2 CPU, where DSV4's ops run eager, more than the suite's 15 minutes may go to them.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 KEY = "test-key-pd-0123456789"
@@ -75,41 +79,8 @@ def killed_prompt() -> str:
     return " ".join(rng.choice(words) for _ in range(2000))
 
 
-@pytest.fixture(scope="module")
-def reference(numeric_dir) -> dict[str, str]:
-    names = [*prompts(), KILLED]
-    texts = [*prompts().values(), killed_prompt()]
-    out = child_result(
-        "tests.support.aggregated_runner",
-        str(numeric_dir),
-        json.dumps(texts),
-        str(MAX_TOKENS),
-        env=THREADS,
-    )
-    return dict(zip(names, out, strict=True))
-
-
-@pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory, numeric_dir, reference):
-    sets = [
-        "serving.path=ingress",
-        "disaggregation.connector=nixl",
-        "disaggregation.mtp_on=decode",
-        f"model.source={numeric_dir}",
-        f'env.{BIND}="{THREADS[BIND]}"',
-    ]
-    extra = [arg for item in sets for arg in ("--set", item)]
-    with pytest.MonkeyPatch.context() as env:
-        # Ray's processes report metrics every 10 s by default; on a busy machine the
-        # engines' last counters then reached /metrics about a minute late.
-        env.setenv(RAY_REPORT_INTERVAL_ENV, "1000")
-        with ray_app(tmp_path_factory.mktemp("pd-app") / "up.log", KEY, extra=extra) as running:
-            yield running
-
-
-@pytest.fixture(scope="module")
-def served(app) -> dict[str, openai.types.Completion]:
-    client = openai.OpenAI(base_url=app["base"] + "/v1", api_key=KEY, max_retries=0, timeout=600)
+def _served(base: str) -> dict[str, openai.types.Completion]:
+    client = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0, timeout=600)
     return {
         name: client.completions.create(
             model=MODEL,
@@ -122,23 +93,91 @@ def served(app) -> dict[str, openai.types.Completion]:
     }
 
 
-def test_the_app_runs_prefill_and_decode_engines_behind_the_ingress(app):
-    text = app["log"].read_text()
-    assert "serving path ingress" in text
-    for deployment in ("Prefill:dsv4-golden", "Decode:dsv4-golden", "Dsv4Ingress"):
-        assert deployment in text
+def _counted(ray_port: int, prompt_tokens: int) -> dict:
+    """The Ray app's scrape once both engines' by-source counters reached ``prompt_tokens``:
+    Ray exports each engine's counters every few seconds, prefill's and decode's apart."""
+    deadline = time.monotonic() + 120
+    while True:
+        samples = scrape(f"http://127.0.0.1:{ray_port}/metrics")
+        moved = total(samples, EXTERNAL, source="external_kv_transfer")
+        computed = total(samples, EXTERNAL, source="local_compute")
+        if min(moved, computed) >= prompt_tokens or time.monotonic() > deadline:
+            return samples
+        time.sleep(2)
 
 
-def greedy_gaps(numeric_dir, pairs: list[tuple[str, str]]) -> list[dict]:
-    """Per (prompt, continuation): its token count and, for each token, how far the
-    reference engine's top token's log-prob lies above it (tests/support/greedy_judge_runner)."""
-    return child_result(
-        "tests.support.greedy_judge_runner", str(numeric_dir), json.dumps(pairs), env=THREADS
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, numeric_dir) -> dict:
+    """Everything asked of the app, and what it answered. The app stops before any judging:
+    each NIXL engine's worker keeps a core busy while idle (NIXL's UCX progress thread), so
+    a reference engine started beside it crawled (past 15 minutes on a busy 2-core CI run)."""
+    sets = [
+        "serving.path=ingress",
+        "disaggregation.connector=nixl",
+        "disaggregation.mtp_on=decode",
+        f"model.source={numeric_dir}",
+        f'env.{BIND}="{THREADS[BIND]}"',
+    ]
+    extra = [arg for item in sets for arg in ("--set", item)]
+    log = tmp_path_factory.mktemp("pd-app") / "up.log"
+    with pytest.MonkeyPatch.context() as env:
+        # Ray's processes report metrics every 10 s by default; on a busy machine the
+        # engines' last counters then reached /metrics about a minute late.
+        env.setenv(RAY_REPORT_INTERVAL_ENV, "1000")
+        with ray_app(log, KEY, extra=extra) as app:
+            served = _served(app["base"])
+            prompt_tokens = sum(answer.usage.prompt_tokens for answer in served.values())
+            samples = _counted(app["ports"]["ray"], prompt_tokens)
+            killed = _kill_prefill_while_it_computes(app)
+            log_text = app["log"].read_text()
+    return {
+        "log": log_text,
+        "served": served,
+        "prompt_tokens": prompt_tokens,
+        "samples": samples,
+        "killed": killed,
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(numeric_dir, run) -> dict[str, dict]:
+    """Per prompt: one engine's text and a verdict for each served text that parts from it
+    (tests/support/greedy_reference_runner.py; one engine run, after the app stopped)."""
+    served = {name: [answer.choices[0].text] for name, answer in run["served"].items()}
+    killed = run["killed"]
+    served[KILLED] = [killed["outcome"]["text"]] if "text" in killed["outcome"] else []
+    served["medium"].append(killed["after"]["text"])
+    text_of = {**prompts(), KILLED: killed_prompt()}
+    cases = [{"prompt": text_of[name], "served": texts} for name, texts in served.items()]
+    out = child_result(
+        "tests.support.greedy_reference_runner",
+        str(numeric_dir),
+        json.dumps(cases),
+        str(MAX_TOKENS),
+        env=THREADS,
     )
+    judged = {}
+    for name, texts, result in zip(served, served.values(), out, strict=True):
+        judged[name] = {"reference": result["reference"], "served": texts}
+        judged[name]["verdicts"] = result["verdicts"]
+    print("parted from the reference:", {n: j["verdicts"] for n, j in judged.items()})
+    return judged
 
 
-def assert_one_engine_s_text(text: str, expected: str, verdict: dict | None) -> None:
-    """The reference's text, or where they part a continuation greedy up to a near-tie."""
+def test_the_app_runs_prefill_and_decode_engines_behind_the_ingress(run):
+    assert "serving path ingress" in run["log"]
+    for deployment in ("Prefill:dsv4-golden", "Decode:dsv4-golden", "Dsv4Ingress"):
+        assert deployment in run["log"]
+
+
+def assert_one_engine_s_text(judged: dict, index: int) -> None:
+    """The ``index``-th text served for a prompt is the reference's, or where they part a
+    continuation greedy up to a near-tie."""
+    text, verdict, expected = (
+        judged["served"][index],
+        judged["verdicts"][index],
+        judged["reference"],
+    )
     if text == expected:
         return
     assert verdict is not None, (text, expected)
@@ -146,46 +185,23 @@ def assert_one_engine_s_text(text: str, expected: str, verdict: dict | None) -> 
     assert max(verdict["gaps"]) <= NEAR_TIE, (text, expected, verdict)
 
 
-@pytest.fixture(scope="module")
-def parted(numeric_dir, served, reference) -> dict[str, dict]:
-    """Verdicts for the served texts that part from the reference's (one engine run)."""
-    names = [n for n, a in served.items() if a.choices[0].text != reference[n]]
-    if not names:
-        return {}
-    pairs = [(prompts()[n], served[n].choices[0].text) for n in names]
-    verdicts = greedy_gaps(numeric_dir, pairs)
-    print("parted from the reference:", dict(zip(names, verdicts, strict=True)))
-    return dict(zip(names, verdicts, strict=True))
-
-
 @pytest.mark.parametrize("name", list(prompts()))
-def test_disaggregated_text_is_one_engine_s_text(served, reference, parted, name: str):
-    answer = served[name]
-    assert answer.usage.completion_tokens == MAX_TOKENS
-    assert_one_engine_s_text(answer.choices[0].text, reference[name], parted.get(name))
+def test_disaggregated_text_is_one_engine_s_text(run, reference, name: str):
+    assert run["served"][name].usage.completion_tokens == MAX_TOKENS
+    assert_one_engine_s_text(reference[name], 0)
 
 
-def test_decode_took_every_prompt_token_from_prefill_over_nixl(app, served):
-    prompt_tokens = sum(answer.usage.prompt_tokens for answer in served.values())
+def test_decode_took_every_prompt_token_from_prefill_over_nixl(run):
+    samples, prompt_tokens = run["samples"], run["prompt_tokens"]
     assert prompt_tokens > 2600
-    # Ray exports each engine's counters every few seconds, prefill's and decode's apart:
-    # wait until both have counted the last request.
-    deadline = time.monotonic() + 120
-    while True:
-        samples = scrape(f"http://127.0.0.1:{app['ports']['ray']}/metrics")
-        moved = total(samples, EXTERNAL, source="external_kv_transfer")
-        computed = total(samples, EXTERNAL, source="local_compute")
-        if min(moved, computed) >= prompt_tokens or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    assert moved == prompt_tokens
+    assert total(samples, EXTERNAL, source="external_kv_transfer") == prompt_tokens
     # Prefill computed each prompt once; decode computed none of it.
-    assert computed == prompt_tokens
-    assert total(samples, "ray_vllm_nixl_xfer_time_seconds_count") >= len(served)
+    assert total(samples, EXTERNAL, source="local_compute") == prompt_tokens
+    assert total(samples, "ray_vllm_nixl_xfer_time_seconds_count") >= len(run["served"])
     assert total(samples, "ray_vllm_nixl_bytes_transferred_sum") > 0
 
 
-def test_the_kv_transfer_rules_find_their_series_and_each_engine_s_role(app, served):
+def test_the_kv_transfer_rules_find_their_series_and_each_engine_s_role(run):
     """What serving/monitoring/rules.py reads under P/D, in the Ray app's own scrape: the
     NIXL histograms, and for each engine's ReplicaId a Ray Serve series whose replica and
     deployment give its role (dsv4:serve_replica_role:info)."""
@@ -196,7 +212,7 @@ def test_the_kv_transfer_rules_find_their_series_and_each_engine_s_role(app, ser
         SERVE_REPLICA_SERIES,
     )
 
-    samples = scrape(f"http://127.0.0.1:{app['ports']['ray']}/metrics")
+    samples = run["samples"]
     names = {name for name, _ in samples}
     for suffix in ("bucket", "count"):
         assert f"ray_vllm_{NIXL_XFER_SECONDS}_{suffix}" in names
@@ -261,13 +277,10 @@ def _complete(client: openai.OpenAI, prompt: str, outcome: dict) -> None:
         outcome["broken"] = repr(exc)
 
 
-def test_a_prefill_replica_killed_before_it_answers_gives_an_error_or_the_right_text(
-    app, served, reference, numeric_dir
-):
-    """The prefill replica's process (and its engine) is SIGKILLed while it computes a
-    2000-token prompt, as a node loss would: the client gets a clean HTTP error or, retried,
-    the one-engine text, never other text; Serve starts a new prefill replica and the app
-    answers rightly again."""
+def _kill_prefill_while_it_computes(app) -> dict:
+    """SIGKILL the prefill replica's process (and its engine) while it computes a 2000-token
+    prompt, as a node loss would; then ask again until Serve's new prefill replica answers.
+    What the client got, when, and whether the replica was replaced."""
     client = openai.OpenAI(base_url=app["base"] + "/v1", api_key=KEY, max_retries=0, timeout=900)
     replica = _prefill_replica(app)
     outcome: dict = {}
@@ -281,9 +294,6 @@ def test_a_prefill_replica_killed_before_it_answers_gives_an_error_or_the_right_
     killed = time.monotonic()
     request.join(900)
     answered = time.monotonic() - killed
-    assert not request.is_alive() and "broken" not in outcome, outcome
-    if "text" not in outcome:
-        assert outcome["status"] >= 500 and json.loads(outcome["body"])["error"], outcome
     # Serve replaces the replica (a new engine start); then the app is whole again.
     deadline = time.monotonic() + 600
     while True:
@@ -292,18 +302,33 @@ def test_a_prefill_replica_killed_before_it_answers_gives_an_error_or_the_right_
         if "text" in after or time.monotonic() > deadline:
             break
         time.sleep(5)
+    return {
+        "outcome": outcome,
+        "hung": request.is_alive(),
+        "answered_s": answered,
+        "whole_again_s": time.monotonic() - killed,
+        "after": after,
+        "replaced": "text" in after and _prefill_replica(app).pid != replica.pid,
+    }
+
+
+def test_a_prefill_replica_killed_before_it_answers_gives_an_error_or_the_right_text(
+    run, reference
+):
+    """The client gets a clean HTTP error or, retried, the one-engine text, never other
+    text; Serve starts a new prefill replica and the app answers rightly again."""
+    killed = run["killed"]
+    outcome, after = killed["outcome"], killed["after"]
+    assert not killed["hung"] and "broken" not in outcome, outcome
+    if "text" not in outcome:
+        assert outcome["status"] >= 500 and json.loads(outcome["body"])["error"], outcome
     assert "text" in after, after
-    assert _prefill_replica(app).pid != replica.pid
-    # Both texts against the one engine's, judged where they part (one engine run).
-    texts = {KILLED: outcome.get("text"), "medium": after["text"]}
-    prompt_of = {KILLED: killed_prompt(), "medium": prompts()["medium"]}
-    parts = [n for n, t in texts.items() if t is not None and t != reference[n]]
-    verdicts = greedy_gaps(numeric_dir, [(prompt_of[n], texts[n]) for n in parts]) if parts else []
-    judged = dict(zip(parts, verdicts, strict=True))
-    for name, text in texts.items():
-        if text is not None:
-            assert_one_engine_s_text(text, reference[name], judged.get(name))
+    assert killed["replaced"]
+    # Both texts against the one engine's, judged where they part.
+    if "text" in outcome:
+        assert_one_engine_s_text(reference[KILLED], 0)
+    assert_one_engine_s_text(reference["medium"], 1)
     # What the client got and when (pytest -s shows it; docs/disaggregation.md quotes it).
     got = "the text" if "text" in outcome else f"HTTP {outcome['status']}"
-    print(f"killed prefill: {got} {answered:.1f} s after the kill, "
-          f"whole again {time.monotonic() - killed:.0f} s after it")  # fmt: skip
+    print(f"killed prefill: {got} {killed['answered_s']:.1f} s after the kill, "
+          f"whole again {killed['whole_again_s']:.0f} s after it")  # fmt: skip
