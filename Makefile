@@ -29,7 +29,7 @@ PRESET ?= h200-flash-mtp
 PLATFORM ?= $(if $(findstring mi3,$(PRESET)),rocm,cuda)
 
 .PHONY: help deps tools lock serve serve-vllm test test-fast test-gpu lint format golden overrides bench bench-serving bench-kernels clean \
-	generate record-reliability helm-lint helm-template wheel images push image-test image-manifest binfmt
+	generate record-reliability record-disaggregation helm-lint helm-template wheel images push image-test image-manifest binfmt
 
 help:
 	@echo "make serve   - serve the golden tiny DSV4 on the CPU at http://$(HOST):$(PORT)/v1"
@@ -39,6 +39,7 @@ help:
 	@echo "make bench-serving - Ray Serve app vs vLLM's own server (SERVING_APP=ray-app-old: the earlier layout)"
 	@echo "make bench-kernels - decode speed on each CPU kernel library (native vs eager fallbacks)"
 	@echo "make record-reliability - re-measure docs/reliability.md's figures (kept only when every test passed)"
+	@echo "make record-disaggregation - the same for docs/disaggregation.md's CPU run"
 	@echo "make helm-lint / make helm-template PRESET=h200-flash-mtp - the Helm chart"
 	@echo "make images / make push - CUDA (amd64+arm64 manifest list) and ROCm images; make image-test"
 	@echo "make test-fast - lint, unit, chart and rules tests: no engine, no Ray, no apt (minutes)"
@@ -173,10 +174,14 @@ helm-template: $(HELM)
 
 # Re-measure what docs/reliability.md's table shows (two Ray apps, ~10 min): the modules
 # write their records, kept only when every test passed, then the page is rendered again.
+record = tmp=$$(mktemp -d) && DSV4_RECORD_DIR=$$tmp $(PY) -m pytest -p no:cacheprovider -q \
+	$(1) && mv $$tmp/*.json docs/records/ && $(PY) -m serving.cli generate
 record-reliability: $(DEPS_STAMP)
-	tmp=$$(mktemp -d) && DSV4_RECORD_DIR=$$tmp $(PY) -m pytest -p no:cacheprovider -q \
-		tests/serving/test_reliability.py tests/serving/test_key_limits.py \
-		&& mv $$tmp/*.json docs/records/ && $(PY) -m serving.cli generate
+	$(call record,tests/serving/test_reliability.py tests/serving/test_key_limits.py)
+
+# The same for docs/disaggregation.md's CPU table (the P/D app, then one engine; ~7 min).
+record-disaggregation: $(DEPS_STAMP)
+	$(call record,tests/serving/test_disaggregation_cpu.py)
 
 # MTP k=0..3 on vLLM's server and the Ray Serve app, interleaved in one run (~15 min).
 BENCH_ARGS ?= --local vllm-k0 vllm-k1 vllm-k2 vllm-k3 ray-app --concurrency 1 8 \

@@ -31,6 +31,8 @@ import pytest
 
 from serving.bench.targets import RAY_REPORT_INTERVAL_ENV
 from serving.golden import GoldenDesign, write_golden_model
+from serving.records import disaggregation_table
+from serving.records import store as records
 from tests.support.child_result import child_result
 from tests.support.parallel import BIND
 from tests.support.prom_samples import scrape, total
@@ -161,7 +163,41 @@ def reference(numeric_dir, run) -> dict[str, dict]:
         judged[name] = {"reference": result["reference"], "served": texts}
         judged[name]["verdicts"] = result["verdicts"]
     print("parted from the reference:", {n: j["verdicts"] for n, j in judged.items()})
+    records.write(disaggregation_table.RECORD, figures(run, judged), disaggregation_table.COMMAND)
     return judged
+
+
+def figures(run: dict, judged: dict) -> dict:
+    """What docs/disaggregation.md's CPU table shows (serving/records/disaggregation_table.py);
+    `make record-disaggregation` keeps it only when every test here passed."""
+    samples, killed = run["samples"], run["killed"]
+
+    def text(name: str) -> dict:
+        served, expected = judged[name]["served"][0], judged[name]["reference"]
+        verdict = judged[name]["verdicts"][0]
+        if verdict is None:
+            return {"parted_at": None, "max_gap": None}
+        pairs = zip(served.split(), expected.split(), strict=False)
+        same = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+        return {"parted_at": (same or 0) + 1, "max_gap": max(verdict["gaps"])}
+
+    return {
+        "prompts": {name: a.usage.prompt_tokens for name, a in run["served"].items()},
+        "prompt_tokens": run["prompt_tokens"],
+        "texts": {name: text(name) for name in prompts()},
+        "kv": {
+            "moved_tokens": total(samples, EXTERNAL, source="external_kv_transfer"),
+            "computed_tokens": total(samples, EXTERNAL, source="local_compute"),
+            "transfers": total(samples, "ray_vllm_nixl_xfer_time_seconds_count"),
+            "bytes": total(samples, "ray_vllm_nixl_bytes_transferred_sum"),
+            "failed": total(samples, "ray_vllm_nixl_num_failed_transfers_total"),
+        },
+        "killed_prefill": {
+            "status": killed["outcome"].get("status"),
+            "answered_s": round(killed["answered_s"], 1),
+            "whole_again_s": round(killed["whole_again_s"]),
+        },
+    }
 
 
 def test_the_app_runs_prefill_and_decode_engines_behind_the_ingress(run):
