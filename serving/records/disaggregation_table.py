@@ -22,13 +22,13 @@ def _texts(f: dict[str, Any]) -> str:
     for name, t in parted.items():
         out += (
             f"; {name} parted at token {t['parted_at']}, every token within "
-            f"{t['max_gap']:.2f} of the top log-prob (a near-tie)"
+            f"{t['max_gap']:.2f} of the top log-prob"
         )
     return out
 
 
 def _kv(f: dict[str, Any]) -> str:
-    kv = f["kv"]
+    kv = {name: int(value) for name, value in f["kv"].items()}  # counters come as floats
     return (
         f"decode took {kv['moved_tokens']:,} of {f['prompt_tokens']:,} prompt tokens over NIXL "
         f"in {kv['transfers']} transfers of {kv['bytes'] / 1e6:.1f} MB; prefill computed "

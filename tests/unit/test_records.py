@@ -7,7 +7,7 @@ import json
 import pytest
 
 from serving.chart import generated
-from serving.records import reliability_table, store
+from serving.records import disaggregation_table, reliability_table, store
 from serving.records.regions import BEGIN, END, with_region
 
 
@@ -54,6 +54,21 @@ def test_the_route_counts_are_the_route_table_s():
     assert f"the table classifies {len(ROUTES)} routes" in text
 
 
-def test_the_committed_page_is_rendered_from_the_committed_records():
-    page = generated.ROOT / reliability_table.DOC
-    assert generated.docs_tables()[page] == page.read_text(), "run `dsv4-serve generate`"
+def test_the_disaggregation_table_shows_what_the_record_holds():
+    record = store.load(disaggregation_table.RECORD)
+    figures = record.figures
+    # A failed transfer and a text that parted far from a tie show, not a summary by hand.
+    figures["kv"]["failed"] = 3.0
+    figures["texts"]["long"] = {"parted_at": 7, "max_gap": 6.1}
+    text = disaggregation_table.table(record)
+    assert "; 3 failed" in text
+    assert "long parted at token 7, every token within 6.10 of the top log-prob" in text
+    assert f"{len(figures['texts']) - 2} of {len(figures['texts'])} equal" in text
+    assert record.commit in text and record.command in text
+
+
+def test_the_committed_pages_are_rendered_from_the_committed_records():
+    pages = generated.docs_tables()
+    for source in (reliability_table, disaggregation_table):
+        page = generated.ROOT / source.DOC
+        assert pages[page] == page.read_text(), f"{source.DOC}: run `dsv4-serve generate`"
