@@ -42,7 +42,7 @@ help:
 	@echo "make record-disaggregation - the same for docs/disaggregation.md's CPU run"
 	@echo "make helm-lint / make helm-template PRESET=h200-flash-mtp - the Helm chart"
 	@echo "make images / make push - CUDA (amd64+arm64 manifest list) and ROCm images; make image-test"
-	@echo "make test-fast - lint, unit, chart and rules tests: no engine, no Ray, no apt (minutes)"
+	@echo "make test-fast - lint and the tests not marked slow: no engine, Ray, image or matrix (minutes)"
 	@echo "make test-gpu - the golden DSV4 on vLLM's CUDA path (needs a CUDA GPU; reports why not)"
 	@echo "make lock    - re-resolve requirements-cpu.txt into the hashed requirements-cpu.lock"
 	@echo "make generate - rewrite the generated files (chart rules, rule tests, dashboard, presets, schema; docs/reference) and the doctor's example dump"
@@ -133,8 +133,9 @@ test: deps lint
 	$(PY) -m serving.cli generate --check
 	$(PY) -m pytest -ra --durations=30 $(XDIST) $(PYTEST_ARGS)
 
-# Lint, unit, kernel-op, chart and rules tests: no engine, no Ray, no apt-get (promtool
-# tests run when promtool is already on PATH).
+# Lint and every test not marked slow: no engine, Ray app, image build or other vLLM
+# release (the markers, CONTRIBUTING.md); no apt-get (promtool tests run when promtool is
+# already on PATH).
 test-fast: $(DEPS_STAMP) $(HELM) lint
 	$(PY) -m serving.cli generate --check
 	$(PY) -m pytest -ra -m "not slow" $(XDIST) $(PYTEST_ARGS)
@@ -157,7 +158,7 @@ test-gpu:
 generate: $(DEPS_STAMP) $(HELM)
 	$(PY) -m serving.cli generate
 	DSV4_WRITE_DOCTOR_EXAMPLE=1 $(PY) -m pytest -q -p no:cacheprovider \
-		tests/chart/test_doctor_fixtures.py -k example_dump_is_current
+		tests/serving/doctor/test_doctor_fixtures.py -k example_dump_is_current
 
 # The KubeRay operator's namespace, which the chart's NetworkPolicy requires.
 KUBERAY_NAMESPACE ?= kuberay-system
@@ -177,11 +178,11 @@ helm-template: $(HELM)
 record = tmp=$$(mktemp -d) && DSV4_RECORD_DIR=$$tmp $(PY) -m pytest -p no:cacheprovider -q \
 	$(1) && mv $$tmp/*.json docs/records/ && $(PY) -m serving.cli generate
 record-reliability: $(DEPS_STAMP)
-	$(call record,tests/serving/test_reliability.py tests/serving/test_key_limits.py)
+	$(call record,tests/serving/test_reliability.py tests/serving/gateway/test_key_limits.py)
 
 # The same for docs/disaggregation.md's CPU table (the P/D app, then one engine; ~7 min).
 record-disaggregation: $(DEPS_STAMP)
-	$(call record,tests/serving/test_disaggregation_cpu.py)
+	$(call record,tests/serving/disagg/test_disaggregation_cpu.py)
 
 # MTP k=0..3 on vLLM's server and the Ray Serve app, interleaved in one run (~15 min).
 BENCH_ARGS ?= --local vllm-k0 vllm-k1 vllm-k2 vllm-k3 ray-app --concurrency 1 8 \

@@ -33,7 +33,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return one_ray_at_a_time_scheduler(config, log)
 
 
+# What a test needs (pyproject.toml's markers); any of them makes it slow, the tier
+# `make test-fast` leaves out.
+SLOW_NEEDS = ("engine", "ray", "image", "matrix")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(need) for need in SLOW_NEEDS):
+            item.add_marker(pytest.mark.slow)
     if hasattr(config, "workerinput"):  # an xdist worker: what it collects is the queue
         one_at_a_time_first(items)
 

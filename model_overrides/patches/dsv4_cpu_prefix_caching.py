@@ -5,8 +5,8 @@ AMX tiles (vllm/platforms/cpu.py:516-530). Its own comment (:258-267) says DSV4'
 kernels support prefix caching like the GPU backends: a cache hit reaches the model as
 a chunked-prefill continuation (``num_computed_tokens`` = the hit), which the chunked
 path already runs on every kernel library. So for DSV4 the user's setting is kept.
-Measured by tests/engine/test_prefix_caching_cpu.py on native ``_C`` and on our eager
-ops: a warm prompt gives the cold prompt's greedy text and log-probs, with and
+Measured by tests/model_overrides/patches/test_prefix_caching_cpu.py on native ``_C`` and
+on our eager ops: a warm prompt gives the cold prompt's greedy text and log-probs, with and
 without MTP, at prefixes that end inside and on 256-token blocks.
 """
 

@@ -67,7 +67,7 @@ def environment(proxy: str, prefix: PrefixRouting | None = None) -> dict[str, st
         # Serve reloads HAProxy whenever a replica starts or goes; the process it replaces
         # finishes the requests it holds, but only for hard-stop-after (Ray's default
         # 120 s), then cuts them: a survivor's long stream died 120 s after its peer did
-        # (tests/serving/test_prefix_routing.py). An hour covers the longest DSV4
+        # (tests/serving/routing/test_prefix_routing.py). An hour covers the longest DSV4
         # generations; Ray keeps a freed replica port out of use as long (plus 30 s,
         # RAY_SERVE_PORT_QUARANTINE_S), so no new replica inherits the old one's traffic.
         "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(RELOAD_GRACE_S),

@@ -14,7 +14,7 @@ Classes:
 - off: mounted by vLLM but not served by this gateway (404 to every key).
 
 A path that matches no entry is denied (404): a route a new vLLM mounts stays closed
-until it is classified here (``tests/unit/test_gateway_routes.py`` fails when vLLM
+until it is classified here (``tests/serving/gateway/test_gateway_routes.py`` fails when vLLM
 mounts one the table lacks). ``python -m serving.gateway.routes`` builds vLLM's app
 without an engine and prints what it mounts against this table.
 

@@ -1,5 +1,5 @@
 """docs/disaggregation.md's table of the CPU run of the disaggregated Ray Serve app, from
-the record tests/serving/test_disaggregation_cpu.py writes."""
+the record tests/serving/disagg/test_disaggregation_cpu.py writes."""
 
 from __future__ import annotations
 

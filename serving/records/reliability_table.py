@@ -113,14 +113,14 @@ ROWS = (
     ),
     Row(
         "routes and keys",
-        "`tests/unit/test_gateway_routes.py`, `tests/serving/test_reliability.py`",
+        "`tests/serving/gateway/test_gateway_routes.py`, `tests/serving/test_reliability.py`",
         "`POST /scale_elastic_ep` with an inference key answers 404; `/load`, "
         "`/kv_event_sources`, `/version`, `/metrics` answer it 403",
         _routes,
     ),
     Row(
         "auth",
-        "`tests/serving/test_serving_app.py`, `tests/unit/test_gateway_unit.py`",
+        "`tests/serving/test_serving_app.py`, `tests/serving/gateway/test_gateway_unit.py`",
         "401 without a key, with a wrong key, with a non-Bearer scheme; keys never logged",
     ),
     Row(
@@ -128,7 +128,7 @@ ROWS = (
             f"two keys, one flooding (per-key cap {r['key_limits']['max_concurrent']}, "
             f"{r['key_limits']['tokens_per_minute']} tokens/min)"
         ),
-        "`tests/serving/test_key_limits.py`",
+        "`tests/serving/gateway/test_key_limits.py`",
         "the flooding key is held to its cap with 429 and `Retry-After`; the steady key is "
         "never refused (on a 2-core CPU every decoded stream slows each step, so its TTFT "
         "ratio is for a GPU run to judge)",
@@ -136,21 +136,23 @@ ROWS = (
     ),
     Row(
         "`/tokenize` within the per-key limits",
-        "`tests/serving/test_key_limits.py`, `tests/unit/test_gateway_limits.py`",
+        "`tests/serving/gateway/test_key_limits.py`, "
+        "`tests/serving/gateway/test_gateway_limits.py`",
         "a 100 KB `/tokenize` reserves its bytes / 4 against the key's tokens per minute; the "
         "key's next `/tokenize` and `/detokenize` get 429 `key_tokens_limit`",
     ),
     Row(
         "stored responses, two keys",
-        "`tests/serving/test_key_limits.py` (vLLM's store on), "
-        "`tests/unit/test_gateway_tenancy.py`",
+        "`tests/serving/gateway/test_key_limits.py` (vLLM's store on), "
+        "`tests/serving/gateway/test_gateway_tenancy.py`",
         "the creating key reads its response; another key's read, cancel and "
         "`previous_response_id` get 404 as if it were absent; a chosen `request_id` naming it "
         "gets 400",
     ),
     Row(
         "a layer that raises",
-        "`tests/unit/test_gateway_unit.py`, `tests/unit/test_request_guard.py`",
+        "`tests/serving/gateway/test_gateway_unit.py`, "
+        "`tests/serving/gateway/test_request_guard.py`",
         "whatever a layer or the parser raises (a `RecursionError` included) answers a JSON "
         "error from the outermost layer, the replica's header on it, and the request counts "
         "in the metrics",
@@ -178,7 +180,7 @@ ROWS = (
     ),
     Row(
         "failover, two replicas",
-        "`tests/serving/test_prefix_routing.py` (prefix routing in the path)",
+        "`tests/serving/routing/test_prefix_routing.py` (prefix routing in the path)",
         "replica process killed: its streams end in a connection error, the survivor's "
         "complete, at most one new request gets a clean HTTP error; engine core killed inside "
         "a living replica: its streams end in an OpenAI `error` event and the replica ends "
@@ -186,7 +188,7 @@ ROWS = (
     ),
     Row(
         "a short prompt prefilled beside a long one",
-        "`tests/engine/test_dsv4_cpu_engine.py` (engine, CPU)",
+        "`tests/model_overrides/test_dsv4_cpu_engine.py` (engine, CPU)",
         "a 3-token prompt (no compressed entry yet) prefilled in the same step after a "
         "2300-token prompt's chunk: both get the golden text (without "
         "`dsv4-cpu-indexer-last-request`, vLLM's CPU indexer gathered a block-table row past "

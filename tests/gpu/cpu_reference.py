@@ -4,8 +4,8 @@ vLLM's CPU backend (native `_C`), written once here and read on the GPU machine.
     python -m tests.gpu.cpu_reference [OUT_JSON]
 
 The GPU machine has no CPU backend (vLLM's CUDA build), so the CPU run travels as data.
-The file records the checkpoint's digest: tests/unit/test_gpu_reference.py fails on the CPU
-when the golden model changes and this file was not rewritten.
+The file records the checkpoint's digest: tests/serving/golden/test_gpu_reference.py fails
+on the CPU when the golden model changes and this file was not rewritten.
 """
 
 from __future__ import annotations

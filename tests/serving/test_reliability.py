@@ -28,7 +28,7 @@ from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app
 from tests.support.streams import stream_ending, wait_streaming
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.ray
 KEY = "reliability-key-0123456789"
 ADMIN_KEY = "reliability-admin-key-0123456789"
 MODEL = "dsv4-golden"

@@ -22,7 +22,7 @@ from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app, ray_pids
 from tests.support.server_process import PYTHON
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.ray
 KEY = "test-key-0123456789"
 ADMIN_KEY = "test-admin-key-0123456789"
 MODEL = "dsv4-golden"

@@ -17,8 +17,9 @@ The table below is Ray 2.60's behaviour, read from its sources (ray/serve/_priva
   replica (has_received_servers); then 200 while the app backend has a usable server: any
   RUNNING replica in the cluster (the backend lists them all) or, with none up, the head's
   fallback proxy (HAProxy's nbsrv counts backup servers when no active one is up). The
-  head (is_head) answers 200 with no replica. tests/chart/test_chart_haproxy_health.py runs the
-  config Ray renders in the real HAProxy binary and checks these answers.
+  head (is_head) answers 200 with no replica.
+  tests/serving/chart/test_chart_haproxy_health.py runs the config Ray renders in the real
+  HAProxy binary and checks these answers.
 - An ingress replica binds one HTTP port from range(RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT,
   ..._MAX_HTTP_PORT) once its constructor returned (replica.py _on_initialized ->
   _maybe_start_direct_ingress_servers; node_port_manager.py PortAllocator).

@@ -228,6 +228,7 @@ def write_example(directory: Path, shared: Path) -> Path:
         "A dump of an 8x H200 cluster whose GPU nodes are tainted dedicated=inference, with\n"
         "release dsv4 installed without the toleration (written by\n"
         "tests/support/doctor_scenarios.py:write_example; `DSV4_WRITE_DOCTOR_EXAMPLE=1 pytest\n"
-        "tests/chart/test_doctor_fixtures.py` rewrites it). The CRDs' schemas are cut short.\n"
+        "tests/serving/doctor/test_doctor_fixtures.py` rewrites it). The CRDs' schemas are cut\n"
+        "short.\n"
     )
     return directory

@@ -1,5 +1,5 @@
 """Two engine replicas behind HAProxy, one of them made to fail while streams run (test
-helper of tests/serving/test_prefix_routing.py)."""
+helper of tests/serving/routing/test_prefix_routing.py)."""
 
 import os
 import signal

@@ -26,15 +26,15 @@ import pytest
 
 ONE_AT_A_TIME = "ray-and-haproxy"
 ONE_AT_A_TIME_PATHS = (
-    "tests/serving/test_console_and_stop.py",
-    "tests/serving/test_disaggregation_cpu.py",
-    "tests/serving/test_key_limits.py",
-    "tests/serving/test_prefix_routing.py",
+    "tests/serving/local/test_console_and_stop.py",
+    "tests/serving/disagg/test_disaggregation_cpu.py",
+    "tests/serving/gateway/test_key_limits.py",
+    "tests/serving/routing/test_prefix_routing.py",
     "tests/serving/test_reliability.py",
     "tests/serving/test_serving_app.py",
-    "tests/monitoring/test_monitoring_live.py",
-    "tests/unit/test_haproxy_tracking.py",
-    "tests/unit/test_start_failure.py",
+    "tests/serving/monitoring/test_monitoring_live.py",
+    "tests/serving/local/test_haproxy_tracking.py",
+    "tests/serving/local/test_start_failure.py",
 )
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
 

@@ -3,7 +3,7 @@ engine is ready (test helper).
 
 `up` runs with ``--verbose``, so the log the tests read (and show when a start fails) has
 Ray's, Serve's and vLLM's output besides our lines; the default console (our lines only)
-is tested in tests/serving/test_console_and_stop.py. `up`'s own log file goes next to it
+is tested in tests/serving/local/test_console_and_stop.py. `up`'s own log file goes next to it
 (``DSV4_LOG_DIR``), not into the checkout's ``.cache/logs``."""
 
 import subprocess

@@ -3,7 +3,7 @@ library (`_C`) builds; `_C_AVX512` and `_C_AVX2` lack them.
 
 Each op keeps the native op's schema (so every `torch.ops._C.<name>` call site in
 vLLM works unchanged) and its semantics, read from vLLM's `csrc/cpu` sources and
-tested against the native op (tests/unit/test_cpu_ops_*.py). The patch
+tested against the native op (tests/model_overrides/kernels/test_cpu_ops_*.py). The patch
 `patches/cpu_op_fallbacks.py` registers them only where the loaded library lacks them.
 """
 

@@ -12,7 +12,8 @@ Mirrors vLLM's `csrc/cpu/sgl-kernels/compressor.cpp` (called from
   store into the paged KV cache.
 
 Numerics follow the compiled native kernel (read in its disassembly), not just the
-C++ text, so that the cache bytes match bit for bit (tests/unit/test_cpu_ops_compressor.py):
+C++ text, so that the cache bytes match bit for bit
+(tests/model_overrides/kernels/test_cpu_ops_compressor.py):
 the window accumulation `acc += e * kv` and the per-lane square sum are fused
 multiply-adds (`torch.addcmul` where ATen fuses it, else emulated in float64), the
 square sum is reduced over the 16 AVX-512 lanes as a pairwise tree, exp is SLEEF's

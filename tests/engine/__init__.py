@@ -1,1 +1,0 @@
-"""Tests that start vLLM engines on the golden model (slow)."""

@@ -1,1 +1,0 @@
-"""Recording rules, alerts and the dashboard; live scraping with Prometheus (slow)."""

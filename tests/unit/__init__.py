@@ -1,1 +1,0 @@
-"""Tests that need no engine: pure Python, kernel ops, registry, presets, gateway units."""
