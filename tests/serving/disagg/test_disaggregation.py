@@ -205,18 +205,20 @@ def test_an_unknown_transfer_failure_policy_is_refused_by_name():
         pd_preset("cpu-tiny", "disaggregation.on_transfer_failure=retry")
 
 
-def test_decode_only_mtp_stays_open_where_nixl_moves_whole_rows_and_without_a_drafter():
+def test_decode_only_mtp_is_refused_only_where_nixl_checks_packed_rows_on_a_gpu():
+    gpu_nixl = ("h200-flash-mtp", "disaggregation.connector=nixl", "disaggregation.mtp_on=decode")
+    with pytest.raises(ValueError, match="mtp_on 'decode' with NIXL on a GPU"):
+        pd_preset(*gpu_nixl)
     # The CPU backend (run in CI disaggregated with MTP on decode only) and Mooncake are not
-    # held to NIXL's packed-row check on a GPU; nor is a preset that drafts nothing.
-    assert pd_preset("cpu-tiny", "disaggregation.mtp_on=decode").disaggregation.mtp_on == "decode"
-    mooncake = pd_preset(
-        "h200-flash-mtp", "disaggregation.connector=mooncake", "disaggregation.mtp_on=decode"
-    )
-    assert mooncake.disaggregation.mtp_on == "decode"
-    plain = pd_preset(
-        "h200-flash-mtp",
-        "speculation.method=none",
-        "speculation.num_speculative_tokens=0",
-        "disaggregation.mtp_on=decode",
-    )
-    assert plain.speculation.method == "none"
+    # held to that check: the drafter runs on decode alone.
+    for sets in (
+        ("cpu-tiny", "disaggregation.connector=nixl", "disaggregation.mtp_on=decode"),
+        ("h200-flash-mtp", "disaggregation.connector=mooncake", "disaggregation.mtp_on=decode"),
+    ):
+        configs = pd_llm_configs(pd_preset(*sets), "/m")
+        assert "speculative_config" not in configs["prefill_config"]["engine_kwargs"], sets
+        assert configs["decode_config"]["engine_kwargs"]["speculative_config"]["method"] == "mtp"
+    # Nor is a preset that drafts nothing: neither role gets a drafter.
+    plain = pd_preset(*gpu_nixl, "speculation.method=none", "speculation.num_speculative_tokens=0")
+    for config in pd_llm_configs(plain, "/m").values():
+        assert "speculative_config" not in config["engine_kwargs"]

@@ -120,13 +120,25 @@ def test_a_configured_but_missing_key_file_fails_closed(tmp_path: Path):
         assert c.get("/health").status_code == 200
 
 
-def test_key_matching_compares_every_key():
-    keys = [b"alpha", b"beta"]
-    assert (
-        key_matches(b"beta", keys)
-        and not key_matches(b"gamma", keys)
-        and not key_matches(b"", keys)
-    )
+def test_key_matching_compares_every_key(monkeypatch):
+    """Constant time in the key file: a match on the first key still compares the rest,
+    each with hmac's constant-time compare (no early exit tells a key's position)."""
+    import hmac
+
+    compared: list[bytes] = []
+    real = hmac.compare_digest
+
+    def counting(a: bytes, b: bytes) -> bool:
+        compared.append(b)
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", counting)
+    keys = [b"alpha", b"beta", b"gamma"]
+    for presented, matches in ((b"alpha", True), (b"gamma", True), (b"delta", False)):
+        compared.clear()
+        assert key_matches(presented, keys) is matches, presented
+        assert compared == keys, presented
+    assert not key_matches(b"", keys)
 
 
 def _sample(name: str, **labels: str) -> float:

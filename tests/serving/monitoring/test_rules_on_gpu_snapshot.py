@@ -57,9 +57,12 @@ def expr_test(unit_test: dict, expr_starts: str) -> dict:
     return next(t for t in tests if t["expr"].startswith(expr_starts))
 
 
-def test_the_gpu_snapshot_is_complete_when_stored():
-    if GPU_SNAPSHOT.exists():  # docs/bench-gpu/scrape, from the H200 run
-        assert len(snap.round_files(GPU_SNAPSHOT)) >= 2
+def test_the_stored_snapshots_are_there_and_complete():
+    """The committed snapshots are what the cases below run on: one deleted or cut short
+    fails here rather than leaving its cases out."""
+    for directory in (GPU_SNAPSHOT, CPU_SNAPSHOT):
+        assert directory.is_dir(), f"{directory} is gone"
+        assert len(snap.round_files(directory)) >= 2, directory
 
 
 def test_snapshot_holds_every_series_the_rules_read(snapshot: snap.Snapshot):
