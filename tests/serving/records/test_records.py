@@ -7,7 +7,7 @@ import json
 import pytest
 
 from serving.chart import generated
-from serving.records import disaggregation_table, reliability_table, store
+from serving.records import disaggregation_table, forward_table, reliability_table, store
 from serving.records.regions import BEGIN, END, with_region
 
 
@@ -67,8 +67,17 @@ def test_the_disaggregation_table_shows_what_the_record_holds():
     assert record.commit in text and record.command in text
 
 
+def test_the_forward_table_divides_figures_of_one_machine():
+    summary = json.loads((generated.ROOT / forward_table.SUMMARY).read_text())
+    summary["served_tokens_per_s_same_machine"]["0"]["1"] = 441.75
+    row = next(r for r in summary["rows"] if r["k"] == 0 and r["concurrency"] == 1)
+    row["step_s"], row["tokens_per_step"] = 0.001, 1.0  # a ceiling of 1000 tok/s
+    (line,) = [x for x in forward_table.table(summary).splitlines() if x.startswith("| 0 | 1 |")]
+    assert line == "| 0 | 1 | 1.00 | 1.00 | 1,000 | 442 | 0.44 |"
+
+
 def test_the_committed_pages_are_rendered_from_the_committed_records():
     pages = generated.docs_tables()
-    for source in (reliability_table, disaggregation_table):
+    for source in (reliability_table, disaggregation_table, forward_table):
         page = generated.ROOT / source.DOC
         assert pages[page] == page.read_text(), f"{source.DOC}: run `dsv4-serve generate`"
