@@ -133,13 +133,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from serving.chart import generated
+    from serving.chart import derived_files
 
     if not args.check:
-        for path in generated.write(build_parser()):
+        for path in derived_files.write(build_parser()):
             print(f"wrote {path}")
         return 0
-    stale = generated.stale(build_parser())
+    stale = derived_files.stale(build_parser())
     for path in stale:
         print(f"out of date: {path} (run `dsv4-serve generate`)", file=sys.stderr)
     if not stale:

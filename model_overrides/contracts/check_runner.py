@@ -15,9 +15,9 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-from model_overrides.contracts import clamp_contract, contract
+from model_overrides.contracts import clamp_contract, hc_state_contract
 
-PLATFORM_VARIANTS = contract.PLATFORM_VARIANTS
+PLATFORM_VARIANTS = hc_state_contract.PLATFORM_VARIANTS
 CHILD_TIMEOUT_S = 600
 
 
@@ -26,21 +26,21 @@ class VariantReport:
     name: str
     how: str  # "imported" or "read from source"
     notes: list[str] = field(default_factory=list)
-    findings: list[contract.Finding] = field(default_factory=list)
+    findings: list[hc_state_contract.Finding] = field(default_factory=list)
 
 
-def _report(variant: contract.Variant) -> VariantReport:
+def _report(variant: hc_state_contract.Variant) -> VariantReport:
     imported = variant.decoder is not None and variant.decoder.runtime is not None
     return VariantReport(
         variant.name,
         "imported" if imported else "read from source",
         list(variant.notes),
-        contract.check_variant(variant),
+        hc_state_contract.check_variant(variant),
     )
 
 
 def check_here(name: str, importing: bool) -> VariantReport | None:
-    found = contract.discover_variants(only=(name,), importing=importing)
+    found = hc_state_contract.discover_variants(only=(name,), importing=importing)
     return _report(found[0]) if found else None
 
 
@@ -73,7 +73,7 @@ def check_in_child(name: str, child: subprocess.Popen) -> VariantReport | None:
         data = json.loads(line.removeprefix("REPORT "))
         if data is None:
             return None
-        data["findings"] = [contract.Finding(**f) for f in data["findings"]]
+        data["findings"] = [hc_state_contract.Finding(**f) for f in data["findings"]]
         return VariantReport(**data)
     report = check_here(name, importing=False)
     if report is not None:
@@ -81,10 +81,10 @@ def check_in_child(name: str, child: subprocess.Popen) -> VariantReport | None:
     return report
 
 
-def run_check(platform: str = "all") -> tuple[list[VariantReport], list[contract.Finding]]:
+def run_check(platform: str = "all") -> tuple[list[VariantReport], list[hc_state_contract.Finding]]:
     wanted = None if platform == "all" else set(PLATFORM_VARIANTS[platform])
-    names = [n for n in contract.present_variants() if wanted is None or n in wanted]
-    local = set(contract.current_platform_variants())
+    names = [n for n in hc_state_contract.present_variants() if wanted is None or n in wanted]
+    local = set(hc_state_contract.current_platform_variants())
     # Every child at once: each spends most of its time importing vLLM, and the clamp
     # rules below are read from source meanwhile.
     children = {name: start_child(name) for name in names if name not in local}

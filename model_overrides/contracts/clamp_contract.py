@@ -42,7 +42,7 @@ from pathlib import Path
 
 from model_overrides.compat.vllm_source import ROOTS, module_file, tree_of
 from model_overrides.compat.vllm_source import parsed as _tree
-from model_overrides.contracts.contract import Finding
+from model_overrides.contracts.hc_state_contract import Finding
 
 # ---------------------------------------------------------------- declared facts
 

@@ -18,7 +18,7 @@ from model_overrides.patches import (  # noqa: F401 - imported for registration
     dummy_weights,
     moe_clamp_filter,
     parallel_jit_warmup,
-    pr42930,
+    hc_state_fixes,
     spec_guard,
 )
 

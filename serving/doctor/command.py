@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.doctor.errors import DoctorError, Unavailable
 from serving.doctor.progress import Progress
 
@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="chart value, as helm"
     )
     pre.add_argument("--helm", help="helm binary (default: $HELM, .cache/tools/helm, PATH)")
-    pre.add_argument("--chart", type=Path, default=generated.CHART_DIR, help="chart directory")
+    pre.add_argument("--chart", type=Path, default=derived_files.CHART_DIR, help="chart directory")
     pre.add_argument(
         "--image-arch",
         action="append",

@@ -19,13 +19,13 @@ from typing import Any
 
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.chart.presets_table import PLATFORMS, preset_row
 from serving.config.preset import Preset, PresetError, deep_merge, load_preset, parse_set
 from serving.doctor.errors import DoctorError
 from serving.doctor.k8s import GB, Obj, dig, quantity
 
-REPO_HELM = generated.CHART_DIR.parents[1] / ".cache" / "tools" / "helm"
+REPO_HELM = derived_files.CHART_DIR.parents[1] / ".cache" / "tools" / "helm"
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -152,7 +152,7 @@ def answer_usage(body: bytes, stream: bool) -> int | None:
 
 class KeyLimits:
     """ASGI middleware: the per-key limits in front of every inference route (inside
-    ``RequestGuard``, whose checked body says what a request reserves)."""
+    ``InputCheckMiddleware``, whose checked body says what a request reserves)."""
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 """The route table: every route the engine replica's app mounts, with its class. One
 source of truth for who may call what (``auth``), what the served OpenAPI schema shows
 a key (``schema_view``), which routes take the input checks and count against the
-per-key limits (every inference route: ``request_guard``, ``limits``) and the metrics'
+per-key limits (every inference route: ``input_middleware``, ``limits``) and the metrics'
 route labels.
 
 Classes:

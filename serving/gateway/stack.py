@@ -13,6 +13,7 @@ from serving.gateway.admission import Admission, EngineLiveness
 from serving.gateway.auth import ApiKeyAuth
 from serving.gateway.errors import http_exception_as_openai
 from serving.gateway.failures import FailureAnswers
+from serving.gateway.input_middleware import InputCheckMiddleware
 from serving.gateway.keys import KeyRing
 from serving.gateway.limits import KeyLimits
 from serving.gateway.metrics import (
@@ -23,7 +24,6 @@ from serving.gateway.metrics import (
 )
 from serving.gateway.overload import OverloadResponses
 from serving.gateway.replica_header import HEADER, ReplicaHeader
-from serving.gateway.request_guard import RequestGuard
 from serving.gateway.routes import TABLE
 from serving.gateway.schema_view import ServedSchema
 from serving.gateway.tenancy import ResponseOwners
@@ -89,7 +89,7 @@ def wrap_app(
         max_concurrent=options.key_max_concurrent,
         tokens_per_minute=options.key_tokens_per_minute,
     )
-    app.add_middleware(RequestGuard, max_output_tokens=options.max_output_tokens)
+    app.add_middleware(InputCheckMiddleware, max_output_tokens=options.max_output_tokens)
     keys = KeyRing()
     for source in (keys.inference, keys.admin):
         if source.configured() and not source.keys():  # fails closed; say why

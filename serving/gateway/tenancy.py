@@ -76,7 +76,7 @@ async def _not_found(send: Any, rid: str) -> None:
 
 
 class ResponseOwners:
-    """ASGI middleware (inside ``RequestGuard``): record who created each stored
+    """ASGI middleware (inside ``InputCheckMiddleware``): record who created each stored
     response and answer other keys 404."""
 
     def __init__(self, app: Any) -> None:

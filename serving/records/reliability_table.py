@@ -152,7 +152,7 @@ ROWS = (
     Row(
         "a layer that raises",
         "`tests/serving/gateway/test_gateway_unit.py`, "
-        "`tests/serving/gateway/test_request_guard.py`",
+        "`tests/serving/gateway/test_input_middleware.py`",
         "whatever a layer or the parser raises (a `RecursionError` included) answers a JSON "
         "error from the outermost layer, the replica's header on it, and the request counts "
         "in the metrics",

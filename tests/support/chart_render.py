@@ -10,12 +10,12 @@ from typing import Any
 
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from tests.support.paths import ROOT
 
 # DSV4_CHART_DIR renders another copy of the chart (e.g. a previous release's, to show a
 # test fails there).
-CHART = Path(os.environ.get("DSV4_CHART_DIR") or generated.CHART_DIR)
+CHART = Path(os.environ.get("DSV4_CHART_DIR") or derived_files.CHART_DIR)
 _REPO_HELM = ROOT / ".cache/tools/helm"
 HELM = os.environ.get("HELM") or (str(_REPO_HELM) if _REPO_HELM.exists() else None)
 HELM = HELM or shutil.which("helm")

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.doctor import kinds
 from serving.doctor.plan import find_helm, render
 
@@ -567,7 +567,7 @@ def _rendered(preset: str, platform: str, values_json: str) -> tuple[Obj, ...]:
         files.append(str(path))
     objects, _ = render(
         helm,
-        generated.CHART_DIR,
+        derived_files.CHART_DIR,
         RELEASE,
         NAMESPACE,
         files,

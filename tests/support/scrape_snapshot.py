@@ -379,12 +379,12 @@ def counter_increase(snapshot: Snapshot, name: str, **match: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from serving.chart import generated
+    from serving.chart import derived_files
 
     parser = argparse.ArgumentParser(description="a promtool unit test from scrape-N.prom files")
     parser.add_argument("scrape_dir", type=Path)
     parser.add_argument("-o", "--output", type=Path, required=True)
-    parser.add_argument("--rules", type=Path, default=generated.RULES_FILE)
+    parser.add_argument("--rules", type=Path, default=derived_files.RULES_FILE)
     args = parser.parse_args(argv)
     snapshot = load(args.scrape_dir)
     for selector, users in missing_series(snapshot, args.rules).items():

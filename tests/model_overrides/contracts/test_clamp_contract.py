@@ -14,7 +14,7 @@ import pytest
 from model_overrides import __main__ as cli
 from model_overrides.contracts import check_runner
 from model_overrides.contracts import clamp_contract as cc
-from model_overrides.contracts.contract import Finding, present_variants
+from model_overrides.contracts.hc_state_contract import Finding, present_variants
 
 CLAMPED, DROPPED, COVERED, NO_KERNEL = "clamped", "DROPPED", "covered", "no kernel"
 

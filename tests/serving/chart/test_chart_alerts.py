@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from serving.chart.generated import RULES_FILE
+from serving.chart.derived_files import RULES_FILE
 from tests.support.chart_render import by_kind, render
 
 

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.chart.presets_table import presets_table
 from serving.config.build_args import resolve
 from tests.support.chart_render import CHART, OPERATOR_NAMESPACE, ROOT, by_kind, helm, render
@@ -67,7 +67,9 @@ def test_helm_lint_strict():
 def test_generated_chart_files_are_current():
     from serving.cli import build_parser
 
-    assert generated.stale(build_parser()) == [], "run `dsv4-serve generate` and commit the result"
+    assert derived_files.stale(build_parser()) == [], (
+        "run `dsv4-serve generate` and commit the result"
+    )
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -142,11 +144,11 @@ def test_serve_config_is_what_render_serve_config_prints(preset: str, tmp_path: 
 def test_monitoring_objects_carry_the_one_copy_of_rules_and_dashboard(tmp_path: Path):
     objects = render(tmp_path, {})
     (rule,) = by_kind(objects, "PrometheusRule")
-    assert rule["spec"] == yaml.safe_load(generated.RULES_FILE.read_text())
+    assert rule["spec"] == yaml.safe_load(derived_files.RULES_FILE.read_text())
     (board,) = [o for o in by_kind(objects, "ConfigMap") if "dashboard" in o["metadata"]["name"]]
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(board["data"]["dsv4-dashboard.json"]) == json.loads(
-        generated.DASHBOARD_FILE.read_text()
+        derived_files.DASHBOARD_FILE.read_text()
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.doctor.k8s import quantity
 from serving.doctor.plan import PodPlan, deep_merge, find_helm, make_plan
 from tests.serving.doctor.test_doctor_preflight import by_check, failed, only, preflight
@@ -46,7 +46,7 @@ PD_SETS = (
 def _plan(values: dict, tmp_path: Path, helm: str | None):
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(deep_merge(INSTALL_VALUES, values)))
-    chart = generated.CHART_DIR
+    chart = derived_files.CHART_DIR
     return make_plan("h200-flash-mtp", None, "dsv4", "dsv4", [str(path)], [], helm, chart, None, [])
 
 

@@ -17,8 +17,8 @@ from serving.gateway import metrics
 from serving.gateway.admission import Admission, EngineLiveness, ray_limits
 from serving.gateway.auth import ApiKeyAuth, KeySource, key_matches
 from serving.gateway.failures import FailureAnswers
+from serving.gateway.input_middleware import InputCheckMiddleware
 from serving.gateway.input_policy import check
-from serving.gateway.request_guard import RequestGuard
 
 
 async def _completions(request):
@@ -44,7 +44,7 @@ def _app(source: KeySource) -> Starlette:
     app = Starlette(
         routes=[Route("/v1/completions", _completions, methods=["POST"]), Route("/health", _health)]
     )
-    app.add_middleware(RequestGuard)
+    app.add_middleware(InputCheckMiddleware)
     app.add_middleware(ApiKeyAuth, source=source)
     app.add_middleware(metrics.GatewayMetrics, models=["gw-model", "m"])
     return app

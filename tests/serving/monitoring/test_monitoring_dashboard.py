@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.cli import build_parser
 from serving.monitoring.dashboard import ROWS, dashboard, queries
 from tests.support.paths import ROOT
@@ -28,8 +28,10 @@ def _validator(shared_dir: Path, name: str, definition: str | None = None):
 
 @pytest.fixture(scope="module")
 def board() -> dict:
-    assert not generated.stale(build_parser()), "run `dsv4-serve generate` and commit the result"
-    return json.loads(generated.DASHBOARD_FILE.read_text())
+    assert not derived_files.stale(build_parser()), (
+        "run `dsv4-serve generate` and commit the result"
+    )
+    return json.loads(derived_files.DASHBOARD_FILE.read_text())
 
 
 def test_dashboard_validates_against_grafana_11_6_schema(board: dict, shared_dir: Path):

@@ -16,7 +16,7 @@ import openai
 import pytest
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.config.vllm_args import to_cli_args
 from serving.golden import GoldenDesign, write_golden_model
 from serving.golden.golden_engine import (
@@ -55,7 +55,7 @@ APP_SETS = [
 
 
 def _test_rules(path: Path) -> Path:
-    groups = yaml.safe_load(generated.RULES_FILE.read_text())
+    groups = yaml.safe_load(derived_files.RULES_FILE.read_text())
     for group in groups["groups"]:
         for rule in group["rules"]:
             if "alert" in rule:

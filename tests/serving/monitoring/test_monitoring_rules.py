@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.cli import build_parser
 from serving.monitoring.rules import rule_groups
 from tests.support.paths import ROOT
@@ -19,20 +19,20 @@ PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: run `make deps`")
 
 ALERTS = {r["alert"]: r for g in rule_groups()["groups"] for r in g["rules"] if "alert" in r}
-GENERATED = {generated.RULES_FILE, generated.RULES_TEST_FILE}
+GENERATED = {derived_files.RULES_FILE, derived_files.RULES_TEST_FILE}
 
 
 @pytest.fixture(scope="module")
 def rules_file() -> Path:
-    assert not GENERATED & set(generated.stale(build_parser())), (
+    assert not GENERATED & set(derived_files.stale(build_parser())), (
         "run `dsv4-serve generate` and commit the result"
     )
-    return generated.RULES_FILE
+    return derived_files.RULES_FILE
 
 
 @pytest.fixture(scope="module")
 def unit_tests(rules_file: Path) -> dict:
-    return yaml.safe_load(generated.RULES_TEST_FILE.read_text())
+    return yaml.safe_load(derived_files.RULES_TEST_FILE.read_text())
 
 
 def test_promtool_check_rules(rules_file: Path):
@@ -53,7 +53,7 @@ def test_every_rule_and_alert_has_a_unit_test(rules_file: Path, unit_tests: dict
 
 def test_promtool_unit_tests(unit_tests: dict):
     # The command docs/monitoring.md gives, from the repository root.
-    path = generated.RULES_TEST_FILE.relative_to(ROOT)
+    path = derived_files.RULES_TEST_FILE.relative_to(ROOT)
     out = subprocess.run(
         [PROMTOOL, "test", "rules", str(path)],
         capture_output=True,

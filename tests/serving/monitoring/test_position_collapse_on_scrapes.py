@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from tests.support import scrape_snapshot as snap
 from tests.support.paths import ROOT
 
@@ -40,7 +40,7 @@ SHARE = "dsv4:spec_decode_position_acceptance_rate:replica_ratio5m"
 
 
 def _unit_test(directory: Path) -> dict:
-    return snap.unit_test(snap.load(directory), generated.RULES_FILE)
+    return snap.unit_test(snap.load(directory), derived_files.RULES_FILE)
 
 
 def _promtool(unit_test: dict, tmp_path: Path, name: str = "snapshot") -> str:
@@ -125,7 +125,7 @@ def test_the_healthy_scrape_stays_quiet(healthy: dict):
 def test_rules_without_the_zero_fill_miss_a_position_ray_never_exported(tmp_path):
     """Against rules whose conditional rate divides the bare counter (no 0 for a position
     Ray has no series for), the collapse scrape's expectations fail."""
-    rules = generated.RULES_FILE.read_text()
+    rules = derived_files.RULES_FILE.read_text()
     filled = yaml.safe_load(rules)
     for group in filled["groups"]:
         for rule in group["rules"]:
@@ -135,7 +135,7 @@ def test_rules_without_the_zero_fill_miss_a_position_ray_never_exported(tmp_path
                 rule["expr"] = f"{bare} / {denominator}"
     wrong = tmp_path / "wrong-rules.yaml"
     wrong.write_text(yaml.safe_dump(filled, sort_keys=False))
-    test = snap.unit_test(snap.load(COLLAPSE), generated.RULES_FILE, str(wrong))
+    test = snap.unit_test(snap.load(COLLAPSE), derived_files.RULES_FILE, str(wrong))
     report = _promtool(test, tmp_path, "wrong")
     assert report.startswith("FAILED")
     assert CONDITIONAL in report and "d2n6hv3f" in report

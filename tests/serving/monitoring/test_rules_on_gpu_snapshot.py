@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.config.preset import load_preset
 from tests.support import scrape_snapshot as snap
 from tests.support.paths import ROOT
@@ -41,7 +41,7 @@ def snapshot(request: pytest.FixtureRequest) -> snap.Snapshot:
 
 @pytest.fixture(scope="module")
 def unit_test(snapshot: snap.Snapshot) -> dict:
-    return snap.unit_test(snapshot, generated.RULES_FILE)
+    return snap.unit_test(snapshot, derived_files.RULES_FILE)
 
 
 def promtool(unit_test: dict, directory: Path) -> subprocess.CompletedProcess:
@@ -66,14 +66,14 @@ def test_the_stored_snapshots_are_there_and_complete():
 
 
 def test_snapshot_holds_every_series_the_rules_read(snapshot: snap.Snapshot):
-    assert snap.missing_series(snapshot, generated.RULES_FILE) == {}
+    assert snap.missing_series(snapshot, derived_files.RULES_FILE) == {}
 
 
 @needs_promtool
 def test_promtool_evaluates_the_rules_as_computed_from_the_scrape(unit_test: dict, tmp_path):
     tests = unit_test["tests"][0]
-    records = {r["record"] for r in snap.rules_in(generated.RULES_FILE) if "record" in r}
-    alerts = {r["alert"] for r in snap.rules_in(generated.RULES_FILE) if "alert" in r}
+    records = {r["record"] for r in snap.rules_in(derived_files.RULES_FILE) if "record" in r}
+    alerts = {r["alert"] for r in snap.rules_in(derived_files.RULES_FILE) if "alert" in r}
     assert {t["alertname"] for t in tests["alert_rule_test"]} == alerts
     tested = {t["expr"].split("(")[1].split(" ")[0] for t in tests["promql_expr_test"]}
     assert records <= tested
@@ -113,12 +113,12 @@ def test_thresholds_are_the_served_presets(snapshot: snap.Snapshot, unit_test: d
 @needs_promtool
 def test_a_wrong_rule_fails_against_the_scrape(tmp_path):
     """The same expectations against rules whose acceptance divides by drafts."""
-    rules = generated.RULES_FILE.read_text()
+    rules = derived_files.RULES_FILE.read_text()
     right = "dsv4:accepted_tokens:rate5m / dsv4:draft_tokens:rate5m"
     assert right in rules
     wrong = tmp_path / "wrong-rules.yaml"
     wrong.write_text(rules.replace(right, "dsv4:accepted_tokens:rate5m / dsv4:drafts:rate5m"))
-    test = snap.unit_test(snap.load(CPU_SNAPSHOT), generated.RULES_FILE, str(wrong))
+    test = snap.unit_test(snap.load(CPU_SNAPSHOT), derived_files.RULES_FILE, str(wrong))
     out = promtool(test, tmp_path)
     assert out.returncode != 0
     report = out.stdout + out.stderr
@@ -130,7 +130,7 @@ def test_a_series_missing_from_the_scrape_is_named(tmp_path):
     for path in snap.round_files(CPU_SNAPSHOT):
         lines = path.read_text().splitlines(keepends=True)
         (tmp_path / path.name).write_text("".join(x for x in lines if not x.startswith(dropped)))
-    missing = snap.missing_series(snap.load(tmp_path), generated.RULES_FILE)
+    missing = snap.missing_series(snap.load(tmp_path), derived_files.RULES_FILE)
     assert list(missing) == [f"vllm:request_queue_time_seconds_bucket|{dropped}"]
     assert set(missing[f"vllm:request_queue_time_seconds_bucket|{dropped}"]) == {
         "dsv4:queue_seconds:quantile5m",

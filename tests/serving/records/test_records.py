@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from serving.chart import generated
+from serving.chart import derived_files
 from serving.records import disaggregation_table, forward_table, reliability_table, store
 from serving.records.regions import BEGIN, END, with_region
 
@@ -68,7 +68,7 @@ def test_the_disaggregation_table_shows_what_the_record_holds():
 
 
 def test_the_forward_table_divides_figures_of_one_machine():
-    summary = json.loads((generated.ROOT / forward_table.SUMMARY).read_text())
+    summary = json.loads((derived_files.ROOT / forward_table.SUMMARY).read_text())
     summary["served_tokens_per_s_same_machine"]["0"]["1"] = 441.75
     row = next(r for r in summary["rows"] if r["k"] == 0 and r["concurrency"] == 1)
     row["step_s"], row["tokens_per_step"] = 0.001, 1.0  # a ceiling of 1000 tok/s
@@ -77,7 +77,7 @@ def test_the_forward_table_divides_figures_of_one_machine():
 
 
 def test_the_committed_pages_are_rendered_from_the_committed_records():
-    pages = generated.docs_tables()
+    pages = derived_files.docs_tables()
     for source in (reliability_table, disaggregation_table, forward_table):
-        page = generated.ROOT / source.DOC
+        page = derived_files.ROOT / source.DOC
         assert pages[page] == page.read_text(), f"{source.DOC}: run `dsv4-serve generate`"

@@ -24,7 +24,7 @@ from serving.gateway.routes import TABLE, Kind
 MAX_BODY_ENV = "DSV4_MAX_BODY_BYTES"
 DEFAULT_MAX_BODY = 4 << 20  # a 4096-token context is a few tens of KB of text
 DRAIN_LIMIT = 64 << 20  # bytes of an oversized body read and dropped before the 413
-__all__ = ["CHECKED", "RequestGuard", "read_body"]
+__all__ = ["CHECKED", "InputCheckMiddleware", "read_body"]
 
 
 class TooLarge(Exception):
@@ -73,7 +73,7 @@ def content_type_error(headers: list[tuple[bytes, bytes]]) -> str | None:
     return f"Content-Type must be application/json, got {text or 'none'!r}"
 
 
-class RequestGuard:
+class InputCheckMiddleware:
     """ASGI middleware: the input policy of every inference POST route."""
 
     def __init__(

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from serving.gateway.input_middleware import CHECKED, InputCheckMiddleware, TooLarge, read_body
 from serving.gateway.input_policy import (
     DEFAULT_OUTPUT_RESERVATION,
     MAX_DEPTH,
@@ -22,7 +23,6 @@ from serving.gateway.input_policy import (
     check,
     known_fields,
 )
-from serving.gateway.request_guard import CHECKED, RequestGuard, TooLarge, read_body
 
 COMPLETIONS, CHAT, RESPONSES = "/v1/completions", "/v1/chat/completions", "/v1/responses"
 MESSAGES, COUNT = "/v1/messages", "/v1/messages/count_tokens"
@@ -269,7 +269,7 @@ def _post_all(app, requests: list[tuple[str, dict]]) -> list[httpx.Response]:
 
 def test_middleware_rejects_before_the_app_and_replays_good_bodies():
     seen: list = []
-    guarded = RequestGuard(_echo_app(seen), max_body=LIMIT)
+    guarded = InputCheckMiddleware(_echo_app(seen), max_body=LIMIT)
     ok, bad, form, deep = _post_all(
         guarded,
         [
@@ -289,7 +289,7 @@ def test_middleware_rejects_before_the_app_and_replays_good_bodies():
 
 def test_an_oversized_body_is_413_on_every_route_without_being_held():
     seen: list = []
-    guarded = RequestGuard(_echo_app(seen), max_body=LIMIT)
+    guarded = InputCheckMiddleware(_echo_app(seen), max_body=LIMIT)
     big = b'{"prompt": "' + b"a" * (4 * LIMIT) + b'"}'
 
     async def chunks():  # no Content-Length: read until it passes the limit
@@ -334,7 +334,7 @@ def test_reading_holds_no_more_than_the_limit_and_drains_a_bounded_amount():
 
 
 def test_a_body_declared_past_the_drain_is_refused_unread():
-    from serving.gateway.request_guard import DRAIN_LIMIT
+    from serving.gateway.input_middleware import DRAIN_LIMIT
 
     async def never() -> dict:
         raise AssertionError("the body must not be read")
@@ -350,7 +350,7 @@ def test_a_body_declared_past_the_drain_is_refused_unread():
         "path": "/tokenize",
         "headers": [(b"content-length", str(DRAIN_LIMIT + 1).encode())],
     }
-    asyncio.run(RequestGuard(_echo_app([]), max_body=LIMIT)(scope, never, send))
+    asyncio.run(InputCheckMiddleware(_echo_app([]), max_body=LIMIT)(scope, never, send))
     assert sent[0]["status"] == 413
     assert json.loads(sent[1]["body"])["error"]["code"] == "body_too_large"
 

@@ -17,9 +17,9 @@ import torch.nn as nn
 from vllm.models.deepseek_v4.cpu.model import DeepseekV4DecoderLayer as CpuDecoder
 from vllm.models.deepseek_v4.nvidia.mtp import DeepSeekV4MultiTokenPredictor
 
-from model_overrides.contracts import check_runner, contract
+from model_overrides.contracts import check_runner, hc_state_contract
 from model_overrides.models.dsv4_mtp_cpu import CpuDeepSeekV4MTPLayer
-from model_overrides.patches import pr42930
+from model_overrides.patches import hc_state_fixes
 
 HC_RULES = (
     "decoder-binds",
@@ -111,14 +111,16 @@ class OldSignatureDecoder(CpuDecoder):
 
 
 def test_decoder_without_defaults_is_flagged_and_fixed():
-    ok, detail = contract.check_decoder_binds(contract.class_from_runtime(OldSignatureDecoder))
+    ok, detail = hc_state_contract.check_decoder_binds(
+        hc_state_contract.class_from_runtime(OldSignatureDecoder)
+    )
     assert not ok and "no default for ['post_mix', 'res_mix', 'residual']" in detail
     with pytest.raises(TypeError, match="missing a required argument"):
         inspect.signature(OldSignatureDecoder.forward).bind(
             object(), positions=0, x=0, input_ids=None
         )
 
-    pr42930.fix_decoder_defaults(OldSignatureDecoder)
+    hc_state_fixes.fix_decoder_defaults(OldSignatureDecoder)
     inspect.signature(OldSignatureDecoder.forward).bind(object(), positions=0, x=0, input_ids=None)
     calls = []
     CpuDecoder_forward = CpuDecoder.forward  # noqa: N806
@@ -156,14 +158,16 @@ def _bare_predictor(cls):
 
 
 def test_compute_logits_with_a_foreign_attribute_is_flagged_and_fixed():
-    layer = contract.class_from_runtime(CpuDeepSeekV4MTPLayer)  # owns hc_head_op
-    info = contract.class_from_runtime(ForeignAttrPredictor)
-    ok, detail = contract.check_logits_attrs(info, layer)
+    layer = hc_state_contract.class_from_runtime(CpuDeepSeekV4MTPLayer)  # owns hc_head_op
+    info = hc_state_contract.class_from_runtime(ForeignAttrPredictor)
+    ok, detail = hc_state_contract.check_logits_attrs(info, layer)
     assert not ok and "self.hc_head_op" in detail
     with pytest.raises(AttributeError, match="hc_head_op"):
         _bare_predictor(ForeignAttrPredictor).compute_logits(torch.ones(2))
 
-    pr42930.fix_logits_owner(ForeignAttrPredictor, pr42930.missing_logits_attrs(info, layer))
+    hc_state_fixes.fix_logits_owner(
+        ForeignAttrPredictor, hc_state_fixes.missing_logits_attrs(info, layer)
+    )
     inst = _bare_predictor(ForeignAttrPredictor)
     assert torch.equal(inst.compute_logits(torch.ones(2)), torch.ones(2))
     assert "hc_head_op" not in dict(inst.named_modules())  # not registered twice
@@ -187,9 +191,9 @@ class UngatedMTPLayer(CpuDeepSeekV4MTPLayer):
 
 
 def test_unconditional_hc_post_over_an_inline_block_is_flagged_and_fixed():
-    layer = contract.class_from_runtime(UngatedMTPLayer)
-    decoder = contract.class_from_runtime(InlineDecoder)
-    ok, detail = contract.check_hc_post_gated(layer, decoder)
+    layer = hc_state_contract.class_from_runtime(UngatedMTPLayer)
+    decoder = hc_state_contract.class_from_runtime(InlineDecoder)
+    ok, detail = hc_state_contract.check_hc_post_gated(layer, decoder)
     assert not ok and "run even when the block applied it inline" in detail
     block = InlineDecoder.__new__(InlineDecoder)
     nn.Module.__init__(block)
@@ -202,7 +206,7 @@ def test_unconditional_hc_post_over_an_inline_block_is_flagged_and_fixed():
     with pytest.raises(AttributeError, match="NoneType"):
         block.hc_post(x, None, None, None)  # inline block: no state to post-mix with
 
-    pr42930.fix_hc_post_gate(UngatedMTPLayer, InlineDecoder)
+    hc_state_fixes.fix_hc_post_gate(UngatedMTPLayer, InlineDecoder)
     assert block.hc_post(x, None, None, None) is x
     assert not getattr(CpuDecoder.hc_post, "_dsv4_gated", False)  # the real class is untouched
 

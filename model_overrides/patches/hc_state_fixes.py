@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from model_overrides.compat import breakable_graphs
-from model_overrides.contracts import contract
+from model_overrides.contracts import hc_state_contract
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
 
 FOUR_TUPLE = tuple[Any, Any | None, Any | None, Any | None]
@@ -34,9 +34,9 @@ def fix_decoder_defaults(cls: type) -> None:
         sig = inspect.signature(original)
         params, defaulting = [], False
         for p in sig.parameters.values():
-            if p.name in contract.HC_STATE or p.name == "input_ids":
-                defaulting = defaulting or p.name in contract.HC_STATE
-                if p.default is inspect.Parameter.empty and p.name in contract.HC_STATE:
+            if p.name in hc_state_contract.HC_STATE or p.name == "input_ids":
+                defaulting = defaulting or p.name in hc_state_contract.HC_STATE
+                if p.default is inspect.Parameter.empty and p.name in hc_state_contract.HC_STATE:
                     p = p.replace(default=None)
             if (
                 defaulting
@@ -113,28 +113,30 @@ def fix_hc_post_gate(layer: type, decoder: type) -> None:
 
 
 @functools.cache
-def _runtime_variants() -> list[contract.Variant]:
+def _runtime_variants() -> list[hc_state_contract.Variant]:
     """This platform's variants, discovered once per process for probes, applies, verifies.
 
     Off the CPU the probes read the source (model_overrides/compat/breakable_graphs.py says why);
     only a fix that is needed imports the classes it patches."""
     importing = breakable_graphs.may_import_dsv4_models()
-    variants = contract.discover_variants(
-        only=contract.current_platform_variants(), importing=importing
+    variants = hc_state_contract.discover_variants(
+        only=hc_state_contract.current_platform_variants(), importing=importing
     )
     return [v for v in variants if v.decoder and (v.decoder.runtime or not importing)]
 
 
 @functools.cache
-def _patchable_variants() -> list[contract.Variant]:
+def _patchable_variants() -> list[hc_state_contract.Variant]:
     """The variants as classes, for apply and verify."""
     if not breakable_graphs.may_import_dsv4_models():
         breakable_graphs.prepare_dsv4_import()
-    variants = contract.discover_variants(only=contract.current_platform_variants())
+    variants = hc_state_contract.discover_variants(
+        only=hc_state_contract.current_platform_variants()
+    )
     return [v for v in variants if v.decoder and v.decoder.runtime]
 
 
-def _probe(rule: Callable[[contract.Variant], tuple[bool, str] | None]) -> Probe:
+def _probe(rule: Callable[[hc_state_contract.Variant], tuple[bool, str] | None]) -> Probe:
     variants = _runtime_variants()
     if not variants:
         return Probe(Need.NOT_APPLICABLE, "no importable DSV4 variant in this vLLM")
@@ -149,28 +151,30 @@ def _probe(rule: Callable[[contract.Variant], tuple[bool, str] | None]) -> Probe
     return Probe(Need.NOT_NEEDED, f"already fixed in {names}")
 
 
-def _decoder_rule(v: contract.Variant) -> tuple[bool, str]:
-    return contract.check_decoder_binds(v.decoder)
+def _decoder_rule(v: hc_state_contract.Variant) -> tuple[bool, str]:
+    return hc_state_contract.check_decoder_binds(v.decoder)
 
 
-def _logits_rule(v: contract.Variant) -> tuple[bool, str] | None:
+def _logits_rule(v: hc_state_contract.Variant) -> tuple[bool, str] | None:
     if not (v.predictor and v.predictor.runtime and v.mtp_layer):
         return None
-    return contract.check_logits_attrs(v.predictor, v.mtp_layer)
+    return hc_state_contract.check_logits_attrs(v.predictor, v.mtp_layer)
 
 
-def _gate_rule(v: contract.Variant) -> tuple[bool, str] | None:
+def _gate_rule(v: hc_state_contract.Variant) -> tuple[bool, str] | None:
     if not (v.mtp_layer and v.mtp_layer.runtime):
         return None
-    return contract.check_hc_post_gated(v.mtp_layer, v.decoder)
+    return hc_state_contract.check_hc_post_gated(v.mtp_layer, v.decoder)
 
 
-def missing_logits_attrs(predictor: contract.ClassInfo, layer: contract.ClassInfo) -> list[str]:
+def missing_logits_attrs(
+    predictor: hc_state_contract.ClassInfo, layer: hc_state_contract.ClassInfo
+) -> list[str]:
     """What compute_logits takes from ``self`` that only the MTP layer owns."""
     layer_own = layer.owned_attributes()
     return [
         attr
-        for holder, attr in contract.foreign_logits_attrs(predictor, layer)
+        for holder, attr in hc_state_contract.foreign_logits_attrs(predictor, layer)
         if holder == "self" and attr in layer_own
     ]
 
