@@ -158,10 +158,10 @@ def reference(numeric_dir, run) -> dict[str, dict]:
         str(MAX_TOKENS),
         env=THREADS,
     )
-    judged = {}
-    for name, texts, result in zip(served, served.values(), out, strict=True):
-        judged[name] = {"reference": result["reference"], "served": texts}
-        judged[name]["verdicts"] = result["verdicts"]
+    judged = {
+        name: {"reference": result["reference"], "served": texts, "verdicts": result["verdicts"]}
+        for (name, texts), result in zip(served.items(), out, strict=True)
+    }
     print("parted from the reference:", {n: j["verdicts"] for n, j in judged.items()})
     records.write(disaggregation_table.RECORD, figures(run, judged), disaggregation_table.COMMAND)
     return judged
@@ -177,9 +177,11 @@ def figures(run: dict, judged: dict) -> dict:
         verdict = judged[name]["verdicts"][0]
         if verdict is None:
             return {"parted_at": None, "max_gap": None}
-        pairs = zip(served.split(), expected.split(), strict=False)
-        same = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
-        return {"parted_at": (same or 0) + 1, "max_gap": max(verdict["gaps"])}
+        words, expected_words = served.split(), expected.split()
+        pairs = zip(words, expected_words, strict=False)
+        common = min(len(words), len(expected_words))
+        parted = next((i for i, (a, b) in enumerate(pairs) if a != b), common)
+        return {"parted_at": parted + 1, "max_gap": max(verdict["gaps"])}
 
     return {
         "prompts": {name: a.usage.prompt_tokens for name, a in run["served"].items()},
