@@ -5,7 +5,6 @@ the one machine the forward ran on."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from serving.records.store import ROOT
@@ -16,7 +15,7 @@ REGION = "forward-vs-served"
 
 
 def table(summary: dict[str, Any] | None = None) -> str:
-    summary = summary or json.loads(Path(ROOT / SUMMARY).read_text())
+    summary = summary or json.loads((ROOT / SUMMARY).read_text())
     served = summary["served_tokens_per_s_same_machine"]
     lines = [
         "| k | c | forward step ms | tokens a step | forward ceiling tok/s | served tok/s "
