@@ -58,8 +58,4 @@ def table(record: Record | None = None) -> str:
     lines = ["| case | measured |", "|---|---|"]
     for case, cell in ROWS:
         lines.append(f"| {table_cell(case)} | {table_cell(cell(record.figures))} |")
-    source = (
-        f"`docs/records/{RECORD}.json`: {record.commit}, {record.recorded}, {record.machine}, "
-        f"vLLM {record.vllm} (`{record.command}`)"
-    )
-    return "\n".join(lines) + f"\n\nMeasured: {source}.\n"
+    return "\n".join(lines) + f"\n\nMeasured: {record.source()}.\n"

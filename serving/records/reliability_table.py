@@ -216,9 +216,5 @@ def table(records: dict[str, Record] | None = None) -> str:
             + " | ".join(table_cell(c) for c in (case, row.test, row.behaviour, measured))
             + " |"
         )
-    sources = "; ".join(
-        f"`docs/records/{name}.json`: {rec.commit}, {rec.recorded}, {rec.machine}, "
-        f"vLLM {rec.vllm} (`{rec.command}`)"
-        for name, rec in records.items()
-    )
+    sources = "; ".join(rec.source() for rec in records.values())
     return "\n".join(lines) + f"\n\nMeasured: {sources}.\n"

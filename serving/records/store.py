@@ -27,6 +27,13 @@ class Record:
     vllm: str
     figures: dict[str, Any]
 
+    def source(self) -> str:
+        """Where a rendered table's figures come from, as the page says it."""
+        return (
+            f"`docs/records/{self.name}.json`: {self.commit}, {self.recorded}, {self.machine}, "
+            f"vLLM {self.vllm} (`{self.command}`)"
+        )
+
 
 def load(name: str, directory: Path = RECORDS_DIR) -> Record:
     path = directory / f"{name}.json"
