@@ -3,10 +3,12 @@
 # fresh machine's JIT cache filled by `dsv4-serve warm` (the V4-Flash bench preset's warm
 # model, every core), then the 12-layer bench engines started from that cache (k = 2, then
 # k = 0, one at a time: two do not fit an 80 GB card) with two rounds at c = 8 and 64, then
-# the cache exported, imported into an empty directory and an engine started from it.
+# the cache exported, imported into an empty directory and a k = 2 engine started from it,
+# again with two rounds (the first traffic of a new node that took the archive).
 #   tests/gpu/cold_start.sh OUT_DIR CACHE_DIR
 # Environment: JOBS (compile processes, default every core), LAYERS (bench depth, 12),
-# KV_GIB (each bench engine's KV cache, 12), KINDS (the bench targets, vllm-k2 vllm-k0).
+# KV_GIB (each bench engine's KV cache, 12), KINDS (the bench targets from the warmed cache,
+# vllm-k2 vllm-k0; empty: only the imported one).
 set -u -o pipefail
 out=${1:?usage: cold_start.sh OUT_DIR CACHE_DIR}
 cache=${2:?usage: cold_start.sh OUT_DIR CACHE_DIR}
@@ -41,7 +43,7 @@ python3 -m serving.cli warm h200-flash-bench --cache "$cache" --jobs "${JOBS:-$(
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 stamp "warm exit"
 kernels "$cache" after-warm
-for kind in ${KINDS:-vllm-k2 vllm-k0}; do
+for kind in ${KINDS-vllm-k2 vllm-k0}; do
     bench "served-${kind#vllm-}" "$cache" "$kind" 2 8 64
 done
 kernels "$cache" after-bench
@@ -50,7 +52,7 @@ archive=$(ls "$out"/dsv4-jit-*.tar.gz 2>/dev/null | head -1)
 if [ -n "$archive" ]; then
     stamp "import $archive"
     python3 -m serving.cli warm --import "$archive" --cache "$out/../jit-imported" | tee "$out/import.log" || failed=1
-    bench imported-k2 "$out/../jit-imported" vllm-k2 1 8
+    bench imported-k2 "$out/../jit-imported" vllm-k2 2 8 64
     kernels "$out/../jit-imported" after-imported
 else
     echo "no archive to import"; failed=1
