@@ -16,6 +16,7 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
             variant=args.variant,
             weight_format=args.weight_format,
             draft_pattern=args.draft_pattern,
+            next_token_choices=args.next_token_choices,
         )
     except ValueError as exc:
         print(f"dsv4-serve golden-model: {exc}", file=sys.stderr)
@@ -24,7 +25,8 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
     print(
         f"golden DSV4 checkpoint written to {out} "
         f"(variant={design.variant}, draft_agreement={design.draft_agreement}, "
-        f"weights={design.weight_format}, drafts={design.draft_pattern})"
+        f"weights={design.weight_format}, drafts={design.draft_pattern}, "
+        f"next_token_choices={design.next_token_choices})"
     )
     return 0
 
@@ -297,6 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="random",
         help="random: --draft-agreement's share of words drafted right; families: three arcs "
         "of the ring whose drafts are all right, right at every other step, never right",
+    )
+    golden.add_argument(
+        "--next-token-choices",
+        type=int,
+        default=1,
+        help="words the target's next-token distribution spreads over (1: certain); above 1 "
+        "the greedy text stays and temperature-1 acceptance is known for greedy and "
+        "probabilistic draft sampling",
     )
     golden.set_defaults(func=_cmd_golden_model)
 

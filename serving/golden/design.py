@@ -9,6 +9,7 @@ produced; its ``e_proj`` is a permutation that is the identity on "agreeing"
 tokens, so on those the draft proposes exactly the target's next token.
 """
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,6 +64,16 @@ DRAFT_PATTERNS = ("random", "families")
 # pattern, so the greedy text is too; only the draft changes.
 FAMILIES = {"high": "A", "half": "ADD", "zero": "D"}
 _FAMILY_ARC_WORDS = 81  # words per arc (a multiple of 3, so "half" closes on its pattern)
+# The final norm turns a token's one-hot direction into one of length sqrt(HIDDEN_SIZE) at
+# its entry, so a head entry w gives the logit 16 w.
+HEAD_INPUT_SCALE = math.sqrt(HIDDEN_SIZE)
+# A spread target (next_token_choices > 1): the successor's logit and how far below it the
+# other choices sit. Both are exact in bf16 once divided by 16, and the 0 logits of the
+# other words then hold under 1e-11 of the probability.
+SPREAD_TOP_LOGIT = 32.0
+SPREAD_LOGIT_GAP = 1.0
+MAX_NEXT_TOKEN_CHOICES = 8
+DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,13 @@ class GoldenDesign:
     variant: str = "designed"
     weight_format: str = "bf16"
     draft_pattern: str = "random"
+    # Words the target's next-token distribution spreads over: 1, it is certain (the
+    # successor); c > 1, the next c words of the ring, the successor one logit above the
+    # rest. Greedy text is the same; at temperature 1 a walk steps 1 to c words ahead. The
+    # MTP drafter shares the head and sees the same token, so its distribution is the
+    # target's: what greedy and probabilistic drafting then accept is known
+    # (expected_acceptance_rates).
+    next_token_choices: int = 1
 
     def __post_init__(self) -> None:
         if self.draft_pattern not in DRAFT_PATTERNS:
@@ -90,6 +108,26 @@ class GoldenDesign:
                 f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, "
                 f"got {self.weight_format!r}"
             )
+
+        if not 1 <= self.next_token_choices <= MAX_NEXT_TOKEN_CHOICES:
+            raise ValueError(
+                f"next_token_choices must be in [1, {MAX_NEXT_TOKEN_CHOICES}], "
+                f"got {self.next_token_choices}"
+            )
+        if self.spread and (
+            self.variant != "designed"
+            or self.weight_format != "bf16"
+            or self.draft_pattern != "random"
+            or self.draft_agreement != 1.0
+        ):
+            raise ValueError(
+                "next_token_choices > 1 needs the designed bf16 variant with every draft "
+                "input kept (draft_agreement 1, draft_pattern random)"
+            )
+
+    @property
+    def spread(self) -> bool:
+        return self.next_token_choices > 1
 
     @property
     def attention_live(self) -> bool:
@@ -117,6 +155,52 @@ class GoldenDesign:
         if token_id < first:
             return first
         return first + (token_id - first + 1) % n
+
+    def choices(self, token_id: int) -> list[int]:
+        """The tokens a spread target may put after ``token_id``, its favourite first."""
+        out, token = [], token_id
+        for _ in range(self.next_token_choices if token_id >= self.first_word_id else 1):
+            token = self.successor(token)
+            out.append(token)
+        return out
+
+    def next_token_logits(self, token_id: int) -> dict[int, float]:
+        """The head's non-zero logits after ``token_id`` (every other word's logit is 0)."""
+        if not self.spread:
+            raise ValueError("next_token_logits describes a spread target (next_token_choices > 1)")
+        top, *rest = self.choices(token_id)
+        return {top: SPREAD_TOP_LOGIT} | {t: SPREAD_TOP_LOGIT - SPREAD_LOGIT_GAP for t in rest}
+
+    def next_token_probs(self, token_id: int) -> dict[int, float]:
+        """The target's distribution after ``token_id`` at temperature 1 (softmax over the
+        whole vocabulary; the zero-logit words' share is left out, under 1e-11)."""
+        logits = self.next_token_logits(token_id)
+        top = max(logits.values())
+        zero_words = VOCAB_SIZE - len(logits)
+        norm = sum(math.exp(v - top) for v in logits.values()) + zero_words * math.exp(-top)
+        return {t: math.exp(v - top) / norm for t, v in logits.items()}
+
+    def expected_acceptance_rates(self, k: int, draft_sample_method: str) -> list[float]:
+        """Accepted drafts at each of k positions per draft step, at temperature 1.
+
+        vLLM's rejection sampler accepts a draft x with probability min(1, p(x) / q(x)):
+        a greedy draft is the drafter's argmax with q treated as one-hot, so it is accepted
+        with p(argmax q); a probabilistic draft is sampled from q and accepted with
+        sum_x min(p(x), q(x)) in all. The drafter's q is the target's p here, and every
+        word has the same distribution up to a shift, so a position is reached with the
+        previous one's probability times that acceptance."""
+        if draft_sample_method not in DRAFT_SAMPLE_METHODS:
+            raise ValueError(
+                f"draft_sample_method must be one of {', '.join(DRAFT_SAMPLE_METHODS)}, "
+                f"got {draft_sample_method!r}"
+            )
+        p = self.next_token_probs(self.first_word_id)
+        q = p  # the drafter shares the head and sees the same token
+        if draft_sample_method == "greedy":
+            accept = p[max(q, key=q.__getitem__)]
+        else:
+            accept = sum(min(p[t], q[t]) for t in p)
+        return [accept ** (i + 1) for i in range(k)]
 
     @cached_property
     def disagreeing_tokens(self) -> frozenset[int]:
@@ -201,6 +285,8 @@ class GoldenDesign:
         prefill step first, for a lone request under a guard that varies k; a step
         verifies what the step before proposed, and a step after a 0 drafts nothing.
         """
+        if self.spread:
+            raise ValueError("a spread target is sampled: see expected_acceptance_rates")
         schedule = list(k_schedule) if k_schedule else [k]
         prompt_ids = self.token_ids(prompt)
         last = self.successor(prompt_ids[-1])

@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from serving.config.preset import Preset, load_preset
+from serving.config.preset import Preset, Speculation, load_preset
 
 GOLDEN_PRESET = "cpu-tiny"
 PRESET_ENV = "DSV4_GOLDEN_PRESET"
@@ -41,7 +41,13 @@ def golden_engine_kwargs(model_dir: str | Path, **overrides: Any) -> dict[str, A
     return kwargs
 
 
-def mtp_config(k: int) -> dict[str, Any] | None:
+def mtp_config(k: int, draft_sample_method: str | None = None) -> dict[str, Any] | None:
     """vLLM's speculative config for the golden model's MTP head with k draft tokens (None
-    for k = 0), from the golden preset's speculation (serving/config/preset.py)."""
-    return golden_preset().speculation.vllm_config(k=k, guard_tables=False)
+    for k = 0), from the golden preset's speculation (serving/config/preset.py), its draft
+    sampling replaced where ``draft_sample_method`` is given."""
+    speculation = golden_preset().speculation
+    if draft_sample_method is not None:
+        speculation = Speculation.model_validate(
+            speculation.model_dump() | {"draft_sample_method": draft_sample_method}
+        )
+    return speculation.vllm_config(k=k, guard_tables=False)

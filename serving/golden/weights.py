@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from serving.golden.architecture import golden_config
-from serving.golden.design import HIDDEN_SIZE, VOCAB_SIZE, GoldenDesign
+from serving.golden.design import HEAD_INPUT_SCALE, HIDDEN_SIZE, VOCAB_SIZE, GoldenDesign
 
 Tensors = dict[str, torch.Tensor]
 _BF16 = torch.bfloat16
@@ -178,7 +178,11 @@ def _successor_head(design: GoldenDesign) -> torch.Tensor:
     """Logit of token j is high where the hidden state is the direction of a predecessor of j."""
     head = torch.zeros(VOCAB_SIZE, HIDDEN_SIZE, dtype=_BF16)
     for token in range(VOCAB_SIZE):
-        head[design.successor(token), token] = magnitudes(design).head
+        if design.spread:  # the design's logits, exact in bf16 (design.py)
+            for choice, logit in design.next_token_logits(token).items():
+                head[choice, token] = logit / HEAD_INPUT_SCALE
+        else:
+            head[design.successor(token), token] = magnitudes(design).head
     return head
 
 

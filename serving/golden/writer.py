@@ -42,6 +42,8 @@ def write_golden_model(out_dir: str | Path, design: GoldenDesign | None = None) 
     }
     if design.draft_pattern != "random":  # absent: the checkpoints written before it
         manifest["draft_pattern"] = design.draft_pattern
+    if design.spread:
+        manifest["next_token_choices"] = design.next_token_choices
     (out / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
     return out
 

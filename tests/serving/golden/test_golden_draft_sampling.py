@@ -1,0 +1,80 @@
+"""Draft sampling at temperature 1 on the spread golden target (real vLLM engines).
+
+The target spreads each next token over three words and the MTP drafter, which shares its
+head, has the same distribution, so what vLLM's counters must show is designed
+(GoldenDesign.expected_acceptance_rates): greedy drafts are accepted with the favourite's
+probability at each position, probabilistic ones always. Either way speculative decoding is
+lossless: the sampled words must follow the target's own distribution. One engine per draft
+sampling method, each in a child (tests/support/draft_sampling_runner.py).
+"""
+
+import math
+
+import pytest
+
+from serving.golden import GoldenDesign, write_golden_model
+from tests.support.child_result import child_result
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
+SPREAD = GoldenDesign(next_token_choices=3)
+K = 3
+METHODS = ("greedy", "probabilistic")
+DRAFTS, DRAFT_TOKENS = "vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# Binomial standard deviations a count may stray from its design before a test fails: a
+# correct engine fails one run in about 150,000 per comparison.
+SIGMAS = 4.5
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    model = write_golden_model(tmp_path_factory.mktemp("golden-spread"), SPREAD)
+    return {
+        method: child_result("tests.support.draft_sampling_runner", str(model), str(K), method)
+        for method in METHODS
+    }
+
+
+def _within(count: int, trials: int, p: float) -> bool:
+    return abs(count - trials * p) <= SIGMAS * math.sqrt(trials * p * (1 - p)) + 1
+
+
+def test_greedy_drafts_are_accepted_with_the_favourites_probability(runs):
+    counters = runs["greedy"]["counters"]
+    designed = SPREAD.expected_acceptance_rates(K, "greedy")
+    drafts = counters[DRAFTS]
+    assert drafts > 300 and counters[DRAFT_TOKENS] == K * drafts
+    for pos, (accepted, rate) in enumerate(zip(counters[PER_POS], designed, strict=True)):
+        assert _within(accepted, drafts, rate), (pos, accepted / drafts, rate)
+
+
+def test_probabilistic_drafts_are_all_accepted(runs):
+    counters = runs["probabilistic"]["counters"]
+    assert SPREAD.expected_acceptance_rates(K, "probabilistic") == pytest.approx([1.0] * K)
+    assert counters[DRAFTS] > 100
+    assert counters[ACCEPTED] == counters[DRAFT_TOKENS]
+    assert counters[PER_POS] == [counters[DRAFTS]] * K
+
+
+def test_probabilistic_drafting_gives_the_designed_longer_acceptance(runs):
+    steps = {method: runs[method]["counters"][DRAFTS] for method in METHODS}
+    length = {m: 1 + runs[m]["counters"][ACCEPTED] / steps[m] for m in METHODS}
+    designed = {m: 1 + sum(SPREAD.expected_acceptance_rates(K, m)) for m in METHODS}
+    assert length["probabilistic"] == pytest.approx(designed["probabilistic"])
+    assert length["greedy"] < length["probabilistic"] - 1
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_sampled_words_follow_the_targets_distribution(runs, method: str):
+    counts = {int(c): n for c, n in runs[method]["choice_counts"].items()}
+    tokens = sum(counts.values())
+    assert counts.get(-1, 0) == 0, "a word outside the target's choices was emitted"
+    probs = list(SPREAD.next_token_probs(SPREAD.first_word_id).values())  # favourite first
+    for choice, p in enumerate(probs):
+        assert _within(counts.get(choice, 0), tokens, p), (choice, counts, tokens)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_requests_still_walk_the_ring(runs, method: str):
+    assert runs[method]["greedy_text_ok"]

@@ -1,0 +1,106 @@
+"""The spread golden target: known next-token probabilities at temperature 1, and the
+acceptance greedy and probabilistic drafting must then show (no engine)."""
+
+import random
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+
+from serving import cli
+from serving.golden import GoldenDesign, write_golden_model
+from serving.golden.design import HEAD_INPUT_SCALE
+from serving.golden.writer import read_design
+
+SPREAD = GoldenDesign(next_token_choices=3)
+
+
+@pytest.fixture(scope="module")
+def spread_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_golden_model(tmp_path_factory.mktemp("golden-spread"), SPREAD)
+
+
+def _tensors(directory: Path) -> dict:
+    out = {}
+    for shard in directory.glob("*.safetensors"):
+        with safe_open(str(shard), "pt") as f:
+            out |= {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
+    return out
+
+
+def test_only_the_head_differs_and_it_holds_the_designed_logits(spread_dir, golden_dir):
+    ours, default = _tensors(spread_dir), _tensors(golden_dir)
+    assert sorted(n for n in ours if not ours[n].equal(default[n])) == ["head.weight"]
+    head = ours["head.weight"].float() * HEAD_INPUT_SCALE  # a token's normed direction
+    for token in range(SPREAD.first_word_id, head.shape[1]):
+        column = head[:, token]
+        assert {int(i): float(column[i]) for i in column.nonzero().flatten()} == (
+            SPREAD.next_token_logits(token)
+        )
+
+
+def test_the_greedy_text_is_the_default_ring():
+    prompt = " ".join(SPREAD.words[10:14])
+    assert SPREAD.continuation(prompt, 64) == GoldenDesign().continuation(prompt, 64)
+    for token in range(SPREAD.first_word_id, len(SPREAD.vocab)):
+        probs = SPREAD.next_token_probs(token)
+        assert max(probs, key=probs.__getitem__) == SPREAD.successor(token)
+        assert sum(probs.values()) == pytest.approx(1.0, abs=1e-9)
+
+
+def _simulated_rates(design: GoldenDesign, k: int, method: str, steps: int) -> list[float]:
+    """vLLM's rejection rule played out draft by draft (v1/sample/rejection_sampler.py:
+    accept x when p(x) / q(x) >= u, q one-hot for greedy drafts), on the design's p."""
+    rng = random.Random(5)
+    accepted = [0] * k
+    for _ in range(steps):
+        last = design.first_word_id + rng.randrange(len(design.words))
+        for pos in range(k):
+            p = q = design.next_token_probs(last)  # the drafter shares the head
+            if method == "greedy":
+                draft, q_draft = max(q, key=q.__getitem__), 1.0
+            else:
+                draft = rng.choices(list(q), weights=list(q.values()))[0]
+                q_draft = q[draft]
+            if p[draft] / q_draft < rng.random():
+                break
+            accepted[pos] += 1
+            last = draft
+    return [n / steps for n in accepted]
+
+
+@pytest.mark.parametrize("method", ["greedy", "probabilistic"])
+def test_designed_acceptance_matches_the_rejection_rule_played_out(method: str):
+    designed = SPREAD.expected_acceptance_rates(3, method)
+    simulated = _simulated_rates(SPREAD, 3, method, steps=20_000)
+    assert simulated == pytest.approx(designed, abs=0.012)
+
+
+def test_probabilistic_drafts_accept_more_than_greedy_ones_at_temperature_one():
+    greedy = SPREAD.expected_acceptance_rates(2, "greedy")
+    probabilistic = SPREAD.expected_acceptance_rates(2, "probabilistic")
+    assert greedy[0] == pytest.approx(
+        SPREAD.next_token_probs(SPREAD.first_word_id)[SPREAD.successor(SPREAD.first_word_id)]
+    )
+    assert all(g < p for g, p in zip(greedy, probabilistic, strict=True))
+
+
+def test_bad_spreads_are_named():
+    with pytest.raises(ValueError, match="next_token_choices"):
+        GoldenDesign(next_token_choices=0)
+    with pytest.raises(ValueError, match="next_token_choices"):
+        GoldenDesign(next_token_choices=2, draft_agreement=0.5)
+    with pytest.raises(ValueError, match="next_token_choices"):
+        GoldenDesign(next_token_choices=2, variant="numeric")
+    with pytest.raises(ValueError, match="draft_sample_method"):
+        SPREAD.expected_acceptance_rates(2, "typical")
+    with pytest.raises(ValueError, match="sampled"):
+        SPREAD.expected_spec_counters("ba be", 8, 2)
+
+
+def test_the_cli_writes_a_spread_checkpoint_and_the_manifest_carries_it(tmp_path: Path, capsys):
+    rc = cli.main(["golden-model", str(tmp_path / "m"), "--next-token-choices", "3"])
+    assert rc == 0 and "next_token_choices=3" in capsys.readouterr().out
+    assert read_design(tmp_path / "m") == SPREAD
+    assert cli.main(["golden-model", str(tmp_path / "bad"), "--next-token-choices", "9"]) == 2
+    assert "next_token_choices must be in [1, 8], got 9" in capsys.readouterr().err
