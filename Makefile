@@ -29,7 +29,7 @@ PRESET ?= h200-flash-mtp
 PLATFORM ?= $(if $(findstring mi3,$(PRESET)),rocm,cuda)
 
 .PHONY: help deps tools lock serve serve-vllm test test-fast test-gpu lint format golden overrides bench bench-serving bench-kernels clean \
-	generate record-reliability record-disaggregation helm-lint helm-template wheel images push image-test image-manifest binfmt
+	generate record-reliability record-disaggregation record-draft-sampling helm-lint helm-template wheel images push image-test image-manifest binfmt
 
 help:
 	@echo "make serve   - serve the golden tiny DSV4 on the CPU at http://$(HOST):$(PORT)/v1"
@@ -40,6 +40,7 @@ help:
 	@echo "make bench-kernels - decode speed on each CPU kernel library (native vs eager fallbacks)"
 	@echo "make record-reliability - re-measure docs/reliability.md's figures (kept only when every test passed)"
 	@echo "make record-disaggregation - the same for docs/disaggregation.md's CPU run"
+	@echo "make record-draft-sampling - the same for docs/speculation.md's draft-sampling table"
 	@echo "make helm-lint / make helm-template PRESET=h200-flash-mtp - the Helm chart"
 	@echo "make images / make push - CUDA (amd64+arm64 manifest list) and ROCm images; make image-test"
 	@echo "make test-fast - lint and the tests not marked slow: no engine, Ray, image or matrix (minutes)"
@@ -183,6 +184,10 @@ record-reliability: $(DEPS_STAMP)
 # The same for docs/disaggregation.md's CPU table (the P/D app, then one engine; ~7 min).
 record-disaggregation: $(DEPS_STAMP)
 	$(call record,tests/serving/disagg/test_disaggregation_cpu.py)
+
+# docs/speculation.md's draft-sampling table (two golden engines at temperature 1; ~2 min).
+record-draft-sampling: $(DEPS_STAMP)
+	$(call record,tests/serving/golden/test_golden_draft_sampling.py)
 
 # MTP k=0..3 on vLLM's server and the Ray Serve app, interleaved in one run (~15 min).
 BENCH_ARGS ?= --local vllm-k0 vllm-k1 vllm-k2 vllm-k3 ray-app --concurrency 1 8 \

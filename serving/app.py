@@ -55,6 +55,7 @@ def build(args: dict[str, Any]) -> Any:
         metrics_port=parsed.gateway_metrics_port,
         metrics_host=parsed.gateway_metrics_host,
         thresholds={config.model_id: preset.monitoring.model_dump()},
+        speculation={config.model_id: preset.speculation.info_labels()},
         key_max_concurrent=preset.deployment.per_key.max_concurrent,
         key_tokens_per_minute=preset.deployment.per_key.tokens_per_minute,
         # Every layout's gateway refuses an output budget past the context.

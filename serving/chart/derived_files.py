@@ -82,11 +82,16 @@ def rendered(cli_parser: argparse.ArgumentParser) -> dict[Path, str]:
 
 def docs_tables() -> dict[Path, str]:
     """Pages whose tables are rendered from committed records (serving/records)."""
-    from serving.records import disaggregation_table, forward_table, reliability_table
+    from serving.records import (
+        disaggregation_table,
+        draft_sampling_table,
+        forward_table,
+        reliability_table,
+    )
     from serving.records.regions import with_region
 
     pages = {}
-    for source in (reliability_table, disaggregation_table, forward_table):
+    for source in (reliability_table, disaggregation_table, forward_table, draft_sampling_table):
         page = ROOT / source.DOC
         pages[page] = with_region(page.read_text(), source.REGION, source.table())
     return pages

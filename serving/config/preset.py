@@ -168,6 +168,17 @@ class Speculation(_Strict):
             self.synthetic_acceptance.for_k(self.num_speculative_tokens)
         return self
 
+    def info_labels(self) -> dict[str, str]:
+        """The labels of the gateway's dsv4_speculation_info: what the dashboard and the
+        acceptance alerts say about this preset's drafting. Unset draft sampling is
+        vLLM's default, greedy (vllm/config/speculative.py)."""
+        drafting = self.method != "none"
+        return {
+            "method": self.method,
+            "num_speculative_tokens": str(self.num_speculative_tokens),
+            "draft_sample_method": (self.draft_sample_method or "greedy") if drafting else "none",
+        }
+
     def synthetic_for(self, k: int) -> dict[str, Any]:
         """The synthetic-acceptance fields of vLLM's speculative config at ``k`` drafts."""
         return self.synthetic_acceptance.for_k(k) if self.synthetic_acceptance and k else {}

@@ -77,6 +77,13 @@ THRESHOLDS = Gauge(
     ["model_name", "threshold"],
     registry=REGISTRY,
 )
+SPECULATION = Gauge(
+    "dsv4_speculation_info",
+    "The served preset's speculation: method, draft tokens per step and how drafts are"
+    " sampled (value 1)",
+    ["model_name", "method", "num_speculative_tokens", "draft_sample_method"],
+    registry=REGISTRY,
+)
 # Per API key: the key's id (a SHA-256 prefix, never the key), so the series count is
 # bounded by the keys the server holds.
 KEY_REQUESTS = Counter(
@@ -126,8 +133,11 @@ async def publish_engine_status(collective_rpc: Callable[[str], Awaitable[list[d
             KERNEL_LIBRARY.labels(report["kernel_library"], report["hardware_isa"], *where).set(1)
 
 
-def publish_served_models(thresholds: dict[str, dict[str, float]]) -> None:
-    """``{model_id: {threshold_name: value}}`` from each served preset.
+def publish_served_models(
+    thresholds: dict[str, dict[str, float]], speculation: dict[str, dict[str, str]]
+) -> None:
+    """``{model_id: {threshold_name: value}}`` and ``{model_id: speculation labels}``
+    (Speculation.info_labels) from each served preset.
 
     Also creates the rejection series at 0, so that rates over them exist before the
     first overload instead of appearing with it.
@@ -135,6 +145,9 @@ def publish_served_models(thresholds: dict[str, dict[str, float]]) -> None:
     for model, values in thresholds.items():
         for name, value in values.items():
             THRESHOLDS.labels(model, name).set(value)
+    for model, labels in speculation.items():
+        SPECULATION.labels(model_name=model, **labels).set(1)
+    for model in thresholds:
         for route in ("/v1/completions", "/v1/chat/completions"):
             for status in ("429", "503"):
                 REJECTED.labels(route, model, status)

@@ -39,6 +39,8 @@ class GatewayOptions(BaseModel):
     metrics_port: int | None = Field(None, ge=1, le=65535)
     metrics_host: str = "0.0.0.0"
     thresholds: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # Per model: the labels of dsv4_speculation_info (Speculation.info_labels).
+    speculation: dict[str, dict[str, str]] = Field(default_factory=dict)
     # Admission limits enforced by the gateway (direct path); None: Ray's own apply.
     max_ongoing_requests: int | None = Field(None, ge=1)
     max_queued_requests: int = Field(-1, ge=-1)
@@ -110,4 +112,4 @@ def start_metrics_server(options: GatewayOptions) -> None:
         start_http_server(port, addr=options.metrics_host, registry=REGISTRY)
     except OSError as exc:  # a second replica on the same node: keep serving, say so
         logger.error("gateway metrics port %s:%s unavailable: %s", options.metrics_host, port, exc)
-    publish_served_models(options.thresholds)
+    publish_served_models(options.thresholds, options.speculation)

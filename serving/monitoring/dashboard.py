@@ -147,6 +147,22 @@ ROWS: list[tuple[str, list[Panel]]] = [
         "MTP speculative decoding",
         [
             Panel(
+                "Speculation settings",
+                "What each served preset drafts: the method, draft tokens per step and how"
+                " drafts are sampled. At temperature > 0 a greedy draft is accepted only with"
+                " the target's probability of the drafter's top token, so greedy drafting"
+                " reads lower on the panels beside this one (docs/speculation.md).",
+                [
+                    (
+                        "max by (model_name, method, num_speculative_tokens,"
+                        f" draft_sample_method) (dsv4_speculation_info{{{MODEL}}})",
+                        "{{model_name}} {{method}} k={{num_speculative_tokens}}"
+                        " {{draft_sample_method}}",
+                    )
+                ],
+                kind="table",
+            ),
+            Panel(
                 "Acceptance rate",
                 "Accepted / drafted tokens, summed over engines, per model and per replica;"
                 " baseline (warning) and floor (page) are the preset's thresholds.",

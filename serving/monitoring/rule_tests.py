@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.monitoring.rules import KV_QUANTILES, LATENCIES, QUANTILES, rule_groups
+from serving.monitoring.rules import (
+    DRAFT_SAMPLING_NOTE,
+    KV_QUANTILES,
+    LATENCIES,
+    QUANTILES,
+    rule_groups,
+)
 
 RULES_FILE = "dsv4-rules.yaml"  # promtool reads it relative to the test file
 
@@ -150,6 +156,15 @@ def input_series() -> list[dict]:
     }.items():
         labels = {"namespace": NS, "model_name": "flash", "threshold": name}
         s.append(constant("dsv4_monitoring_threshold", labels, value))
+    # flash's gateway says its drafts are sampled greedily; weak has no gateway series.
+    spec = {"namespace": NS, "model_name": "flash", "method": "mtp"}
+    s.append(
+        constant(
+            "dsv4_speculation_info",
+            {**spec, "num_speculative_tokens": "2", "draft_sample_method": "greedy"},
+            1,
+        )
+    )
     gw = {"namespace": NS, "model_name": "flash", "route": "/v1/completions"}
     s += [
         series("dsv4_gateway_requests_total", {**gw, "status": "200"}, 90),
@@ -405,8 +420,17 @@ def disaggregation_tests() -> list[dict]:
 ALERTS = {r["alert"]: r for g in rule_groups()["groups"] for r in g["rules"] if "alert" in r}
 
 
+# How each model's drafts are sampled in the series above (dsv4_speculation_info).
+DRAFT_SAMPLING = {"flash": "greedy"}
+
+
 def _render(template: str, labels: dict[str, str], value: float) -> str:
     """The template forms the rules use, rendered as Prometheus does."""
+    if DRAFT_SAMPLING_NOTE in template:  # its query finds the model's info series or not
+        method = DRAFT_SAMPLING.get(labels.get("model_name", ""))
+        inner = DRAFT_SAMPLING_NOTE.split("| query }}", 1)[1].removesuffix("{{ end }}")
+        said = inner.replace('{{ . | first | label "draft_sample_method" }}', method or "")
+        template = template.replace(DRAFT_SAMPLING_NOTE, said if method else "")
     text = template.replace("{{ $value | humanizePercentage }}", f"{value * 100:.4g}%")
     text = text.replace("{{ $value }}", f"{value:g}")
     for key, val in labels.items():

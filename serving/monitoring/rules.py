@@ -410,6 +410,17 @@ def _guard() -> list[dict[str, Any]]:
     ]
 
 
+# Said in the acceptance alerts where the gateway publishes the model's speculation
+# (dsv4_speculation_info): how its drafts are sampled, and what greedy drafting costs.
+DRAFT_SAMPLING_NOTE = (
+    '{{ with printf "dsv4_speculation_info{namespace=%q, model_name=%q}" $labels.namespace'
+    " $labels.model_name | query }}"
+    ' Drafts are sampled {{ . | first | label "draft_sample_method" }}: at temperature > 0'
+    " a greedy draft is accepted only with the target's probability of the drafter's top"
+    " token, so greedy drafting reads lower (speculation.draft_sample_method).{{ end }}"
+)
+
+
 def _alerts() -> list[dict[str, Any]]:
     collapse_advice = (
         "Draft tokens are being rejected: a broken MTP head or an HC-state bug does not crash,"
@@ -443,7 +454,9 @@ def _alerts() -> list[dict[str, Any]]:
             " below the preset's baseline",
             "Acceptance is lower than this preset normally sees. Traffic with a different"
             " shape (code, other languages, high temperature) lowers it too; compare per"
-            " position and per replica on the dashboard before acting. " + collapse_advice,
+            " position and per replica on the dashboard before acting. "
+            + collapse_advice
+            + DRAFT_SAMPLING_NOTE,
         ),
         alert(
             "DSV4MTPPositionZeroCollapse",

@@ -361,3 +361,20 @@ def test_replicas_of_a_small_model_can_share_a_gpu(monkeypatch):
             load_preset(preset, [parse_set("accelerator.gpu_share=0.5")])
     with pytest.raises(PresetError, match="accelerator.gpu_share: Input should be less than or"):
         load_preset("gpu-golden", [parse_set("accelerator.gpu_share=2")])
+
+
+def test_speculation_info_names_the_draft_sampling_the_engine_will_use():
+    from serving.config.preset import Speculation
+
+    assert Speculation(method="none").info_labels() == {
+        "method": "none",
+        "num_speculative_tokens": "0",
+        "draft_sample_method": "none",
+    }
+    mtp = Speculation(method="mtp", num_speculative_tokens=2)
+    assert mtp.info_labels()["draft_sample_method"] == "greedy"  # vLLM's default
+    chosen = Speculation(
+        method="mtp", num_speculative_tokens=2, draft_sample_method="probabilistic"
+    )
+    assert chosen.info_labels()["draft_sample_method"] == "probabilistic"
+    assert chosen.vllm_config()["draft_sample_method"] == "probabilistic"

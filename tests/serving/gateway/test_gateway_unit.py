@@ -370,3 +370,20 @@ def test_an_unreadable_replica_id_drops_the_header_and_says_why(monkeypatch):
     finally:
         log.removeHandler(handler)
     assert any("x-dsv4-replica is off: the replica id is unreadable" in m for m in seen)
+
+
+def test_each_served_presets_speculation_is_published_with_its_draft_sampling():
+    from serving.config.preset import load_preset
+
+    served = {
+        "unit-mtp": load_preset("h200-flash-mtp").speculation.info_labels(),
+        "unit-tiny": load_preset("cpu-tiny").speculation.info_labels(),
+    }
+    metrics.publish_served_models({"unit-mtp": {"acceptance_floor": 0.4}}, served)
+    info = "dsv4_speculation_info"
+    assert _sample(info, model_name="unit-mtp", **served["unit-mtp"]) == 1
+    assert served["unit-mtp"]["draft_sample_method"] == "probabilistic"
+    # A preset that leaves draft sampling unset gets vLLM's default, said as such.
+    assert served["unit-tiny"]["draft_sample_method"] == "greedy"
+    assert _sample(info, model_name="unit-tiny", **served["unit-tiny"]) == 1
+    assert _sample("dsv4_monitoring_threshold", model_name="unit-mtp", threshold="acceptance_floor")

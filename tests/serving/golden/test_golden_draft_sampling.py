@@ -13,6 +13,8 @@ import math
 import pytest
 
 from serving.golden import GoldenDesign, write_golden_model
+from serving.records import draft_sampling_table
+from serving.records import store as records
 from tests.support.child_result import child_result
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
@@ -30,10 +32,27 @@ SIGMAS = 4.5
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     model = write_golden_model(tmp_path_factory.mktemp("golden-spread"), SPREAD)
-    return {
+    out = {
         method: child_result("tests.support.draft_sampling_runner", str(model), str(K), method)
         for method in METHODS
     }
+    records.write(draft_sampling_table.RECORD, figures(out), draft_sampling_table.COMMAND)
+    return out
+
+
+def figures(runs: dict[str, dict]) -> dict:
+    """What docs/speculation.md's table shows (serving/records/draft_sampling_table.py);
+    `make record-draft-sampling` keeps it only when every test here passed."""
+    methods = {}
+    for method, run in runs.items():
+        counters, choices = run["counters"], run["choice_counts"]
+        methods[method] = {
+            "drafts": counters[DRAFTS],
+            "accepted_per_pos": counters[PER_POS],
+            "favourite": choices.get("0", 0),
+            "tokens": sum(choices.values()),
+        }
+    return {"k": K, "next_token_choices": SPREAD.next_token_choices, "methods": methods}
 
 
 def _within(count: int, trials: int, p: float) -> bool:
