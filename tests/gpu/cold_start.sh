@@ -52,8 +52,13 @@ archive=$(ls "$out"/dsv4-jit-*.tar.gz 2>/dev/null | head -1)
 if [ -n "$archive" ]; then
     stamp "import $archive"
     python3 -m serving.cli warm --import "$archive" --cache "$out/../jit-imported" | tee "$out/import.log" || failed=1
+    (cd "$out/../jit-imported" && find . -type f | sort) > "$out/files-before-traffic.txt"
     bench imported-k2 "$out/../jit-imported" vllm-k2 2 8 64
     kernels "$out/../jit-imported" after-imported
+    # What the first traffic compiled that the warm did not: the shapes the warm misses.
+    (cd "$out/../jit-imported" && find . -type f | sort) |
+        comm -13 "$out/files-before-traffic.txt" - > "$out/compiled-during-traffic.txt"
+    echo "files added by traffic: $(wc -l < "$out/compiled-during-traffic.txt")"
 else
     echo "no archive to import"; failed=1
 fi
