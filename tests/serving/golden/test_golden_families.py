@@ -3,24 +3,16 @@
 from pathlib import Path
 
 import pytest
-from safetensors import safe_open
 
 from serving import cli
 from serving.golden import GoldenDesign, write_golden_model
 from serving.golden.design import FAMILIES
 from serving.golden.writer import read_design
+from tests.support.checkpoint_tensors import checkpoint_tensors
 
 FAM = GoldenDesign(draft_pattern="families")
 ACCEPTED, DRAFTS = "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_drafts"
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-
-
-def _tensors(directory: Path) -> dict:
-    out = {}
-    for shard in directory.glob("*.safetensors"):
-        with safe_open(str(shard), "pt") as f:
-            out |= {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +21,7 @@ def families_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_only_the_mtp_draft_map_differs_from_the_default_checkpoint(families_dir, golden_dir):
-    ours, default = _tensors(families_dir), _tensors(golden_dir)
+    ours, default = checkpoint_tensors(families_dir), checkpoint_tensors(golden_dir)
     assert ours.keys() == default.keys()
     differ = sorted(name for name in ours if not ours[name].equal(default[name]))
     assert differ == ["mtp.0.e_proj.weight"]

@@ -5,12 +5,12 @@ import random
 from pathlib import Path
 
 import pytest
-from safetensors import safe_open
 
 from serving import cli
 from serving.golden import GoldenDesign, write_golden_model
 from serving.golden.design import HEAD_INPUT_SCALE
 from serving.golden.writer import read_design
+from tests.support.checkpoint_tensors import checkpoint_tensors
 
 SPREAD = GoldenDesign(next_token_choices=3)
 
@@ -20,16 +20,8 @@ def spread_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_golden_model(tmp_path_factory.mktemp("golden-spread"), SPREAD)
 
 
-def _tensors(directory: Path) -> dict:
-    out = {}
-    for shard in directory.glob("*.safetensors"):
-        with safe_open(str(shard), "pt") as f:
-            out |= {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
-    return out
-
-
 def test_only_the_head_differs_and_it_holds_the_designed_logits(spread_dir, golden_dir):
-    ours, default = _tensors(spread_dir), _tensors(golden_dir)
+    ours, default = checkpoint_tensors(spread_dir), checkpoint_tensors(golden_dir)
     assert sorted(n for n in ours if not ours[n].equal(default[n])) == ["head.weight"]
     head = ours["head.weight"].float() * HEAD_INPUT_SCALE  # a token's normed direction
     for token in range(SPREAD.first_word_id, head.shape[1]):
