@@ -237,6 +237,35 @@ def _starts(report: dict) -> list[str]:
     return lines
 
 
+def _rounds(report: dict) -> list[str]:
+    """Round by round, where a level ran more than one: what a cold cache costs the first
+    traffic (throughput, and kernels compiled while serving)."""
+    levels = [e for e in report["levels"] if len(e.get("round_tokens_per_s") or []) > 1]
+    if not levels:
+        return []
+    lines = [
+        "",
+        "Round by round (compiles during traffic: vLLM's JIT monitor, and kernel files added"
+        " to the JIT cache, which also counts DeepGEMM's):",
+        "",
+        "| target | c | tok/s by round | JIT monitor by round | kernel files added by round |",
+        "|---|---|---|---|---|",
+    ]
+
+    def said(values: list) -> str:
+        return " / ".join("-" if v is None else str(v) for v in values)
+
+    for e in sorted(levels, key=lambda e: (e["concurrency"], e["target"])):
+        added = [
+            None if a is None else sum(a.values()) for a in e.get("round_cache_kernels_added", [])
+        ]
+        lines.append(
+            f"| {e['target']} | {e['concurrency']} | {said(e['round_tokens_per_s'])}"
+            f" | {said(e.get('round_jit_compiles', []))} | {said(added) or '-'} |"
+        )
+    return lines
+
+
 def _notes(report: dict) -> list[str]:
     lines: list[str] = []
     cells = report["plan"].get("cells") or {}
@@ -263,6 +292,7 @@ def markdown(report: dict) -> str:
     lines += _overhead(extra)
     lines += _kernels(extra)
     lines += _starts(report)
+    lines += _rounds(report)
     lines += _notes(report)
     return "\n".join(lines) + "\n"
 

@@ -22,6 +22,7 @@ from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
 from serving.bench.load import Target, run_level, settled_scrape
 from serving.bench.stages import jit_monitor_kernels
 from serving.bench.stats import acceptance, spec_decode_delta, summarize
+from serving.config.jit_cache import ROOT_ENV
 from serving.monitoring.metrics_page import Samples, scrape
 
 
@@ -64,6 +65,8 @@ class _Cell:
     wrong_text: int = 0
     round_tokens_per_s: list[float] = field(default_factory=list)  # how far rounds agree
     round_jit_compiles: list[int | None] = field(default_factory=list)  # None: no log read
+    # Kernel files each round added to the JIT cache, per tool (None: no cache root set).
+    round_cache_kernels_added: list[dict[str, int] | None] = field(default_factory=list)
 
 
 def _progress(message: str) -> None:
@@ -106,6 +109,24 @@ def _compiled_since(target: Target, offset: int | None) -> list[str] | None:
     except OSError:
         return None
     return jit_monitor_kernels(text)
+
+
+def cache_kernels(environ: dict[str, str] | os._Environ = os.environ) -> dict[str, int] | None:
+    """Kernel files per tool in the JIT cache the local engines share ($DSV4_JIT_CACHE, set
+    by `serving.config.jit_cache exports`); None where no cache root is set. vLLM's JIT
+    monitor sees Triton's and TileLang's compiles, not DeepGEMM's: files on disk count all."""
+    root = environ.get(ROOT_ENV)
+    if not root or not os.path.isdir(root):
+        return None
+    from model_overrides.jit_pool.manifest import count_kernels
+
+    return count_kernels(root)[0]
+
+
+def kernels_added(before: dict[str, int] | None, after: dict[str, int] | None) -> dict | None:
+    if before is None or after is None:
+        return None
+    return {tool: n - before.get(tool, 0) for tool, n in after.items() if n > before.get(tool, 0)}
 
 
 class BenchRun:
@@ -161,6 +182,7 @@ class BenchRun:
         prompts = [plan.prompts[(round_ * count + i) % len(plan.prompts)] for i in range(count)]
         before = self._scrape(target)
         log_offset = _log_size(target)
+        cache_before = cache_kernels()
         outputs, wall = asyncio.run(
             run_level(target, prompts, concurrency, plan.max_tokens, plan.chat)
         )
@@ -180,10 +202,13 @@ class BenchRun:
         cell.round_tokens_per_s.append(round(rate, 1))
         compiled = _compiled_since(target, log_offset)
         cell.round_jit_compiles.append(None if compiled is None else len(compiled))
+        added = kernels_added(cache_before, cache_kernels())
+        cell.round_cache_kernels_added.append(added)
         self.progress(
             f"c={concurrency} round {round_ + 1}/{plan.rounds} {target.name}: "
             f"{rate:.1f} tok/s, {failed} failed"
-            f"{f', {len(compiled)} kernels compiled during it' if compiled else ''} "
+            f"{f', {len(compiled)} kernels compiled during it' if compiled else ''}"
+            f"{f', kernel files added to the JIT cache {added}' if added else ''} "
             f"({time.monotonic() - started:.0f} s, cell {self.done}/{self.total_cells})"
         )
         if before is None:
@@ -218,6 +243,7 @@ class BenchRun:
                 rounds=cell.rounds,
                 round_tokens_per_s=cell.round_tokens_per_s,
                 round_jit_compiles=cell.round_jit_compiles,
+                round_cache_kernels_added=cell.round_cache_kernels_added,
                 spec_decode=_merge_spec(cell.spec),
             )
             if self.plan.expected:

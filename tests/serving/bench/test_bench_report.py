@@ -3,6 +3,7 @@ streams, start stages, a failed start, a cut-short plan), the start-up stages re
 engine logs, and the runner's budget (nothing here starts an engine)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
@@ -278,3 +279,50 @@ def test_each_patchs_outcome_is_read_from_the_process_that_runs_the_model():
         "dsv4-moe-clamp-filter": "applied",
         "spec-guard": "not needed",
     }
+
+
+def test_kernel_files_traffic_adds_to_the_jit_cache_are_counted_per_round(tmp_path: Path):
+    from serving.bench.runner import cache_kernels, kernels_added
+    from serving.config.jit_cache import ROOT_ENV
+
+    assert cache_kernels({}) is None  # no cache root: nothing to say
+    assert cache_kernels({ROOT_ENV: str(tmp_path / "absent")}) is None
+    env = {ROOT_ENV: str(tmp_path)}
+    before = cache_kernels(env)
+    # A kernel each tool compiled during traffic, as count_kernels counts them: a .cubin
+    # anywhere under the tool's directory.
+    for tool, name in (("deep_gemm", "kernel.sm90.abc/kernel.cubin"), ("triton", "x/k.cubin")):
+        path = tmp_path / tool / name
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"\0")
+    after = cache_kernels(env)
+    assert kernels_added(before, after) == {"deep_gemm": 1, "triton": 1}
+    assert kernels_added(after, after) == {} and kernels_added(None, after) is None
+
+
+def test_the_runner_records_no_cache_count_without_a_cache_root(monkeypatch):
+    from serving.config.jit_cache import ROOT_ENV
+
+    monkeypatch.delenv(ROOT_ENV, raising=False)
+    plan = BenchPlan([1], 1, rounds=2, max_tokens=4, prompts=["a b"])
+    result = BenchRun([_dead_target()], plan, progress=lambda _: None).run()
+    assert result["levels"][0]["round_cache_kernels_added"] == [None, None]
+
+
+def test_the_report_shows_each_rounds_throughput_and_compiles():
+    from serving.bench.report import markdown
+
+    plan = BenchPlan([8], 1, rounds=2, max_tokens=4, prompts=["a b"])
+    result = BenchRun([_dead_target()], plan, progress=lambda _: None).run()
+    level = result["levels"][0]
+    # Throughput as in the imported-cache H100 run at c=8 (bench-cold-start/h100-import.json);
+    # its 13 kernels per round were not recorded then, so their split here is made up.
+    level.update(
+        round_tokens_per_s=[102.7, 1218.8],
+        round_jit_compiles=[0, 0],
+        round_cache_kernels_added=[{"deep_gemm": 12, "triton": 1}, {}],
+    )
+    text = markdown(result)
+    assert "| dead | 8 | 102.7 / 1218.8 | 0 / 0 | 13 / 0 |" in text
+    level.update(round_tokens_per_s=[5.0])  # one round: nothing to compare
+    assert "Round by round" not in markdown(result)
