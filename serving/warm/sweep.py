@@ -1,8 +1,11 @@
 """Traffic that reaches the shapes vLLM's own warm-up does not: after the warm engine is up,
 requests of several prompt lengths at several concurrencies (prefill chunks of many sizes,
-decode batches up to ``max_num_seqs``, speculation's verify batches). Whatever compiles
-then is compiled into the cache, not during users' traffic. The sweep runs twice: what the
-second pass still compiles is what no warm can reach (it is reported)."""
+decode batches up to ``max_num_seqs``, speculation's verify batches). Each wave is followed
+by its follow-up turns, the same prompts extended as a conversation's next turn, so prefills
+that start from the prefix cache run too (attention over cached context takes other shapes
+than a fresh prompt's). Whatever compiles then is compiled into the cache, not during users'
+traffic. The sweep runs twice: what the second pass still compiles is what no warm can reach
+(it is reported)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ class SweepPlan:
     prompt_words: tuple[int, ...]
     concurrency: tuple[int, ...]
     max_tokens: int = 24
+    follow_up_words: int = 64  # what a follow-up turn adds to its prompt (0: none)
 
 
 def plan_for(engine_args: dict) -> SweepPlan:
@@ -54,11 +58,16 @@ async def _run(base_url: str, model: str, plan: SweepPlan, seed: int) -> tuple[i
             words = [plan.prompt_words[i % len(plan.prompt_words)] for i in range(concurrency)]
             rng.shuffle(words)
             prompts = [synthetic_prompts(1, w, seed=seed + i)[0] for i, w in enumerate(words)]
-            results = await asyncio.gather(
-                *(_one(client, url, model, p, plan.max_tokens) for p in prompts)
-            )
-            ok += sum(results)
-            failed += len(results) - sum(results)
+            waves = [prompts]
+            if plan.follow_up_words:
+                turn = synthetic_prompts(len(prompts), plan.follow_up_words, seed=seed + 7919)
+                waves.append([f"{p} {t}" for p, t in zip(prompts, turn, strict=True)])
+            for wave in waves:
+                results = await asyncio.gather(
+                    *(_one(client, url, model, p, plan.max_tokens) for p in wave)
+                )
+                ok += sum(results)
+                failed += len(results) - sum(results)
     return ok, failed
 
 

@@ -1,0 +1,49 @@
+"""The warm's traffic sweep against vLLM's own server on the golden model: every request
+answered, and the follow-up turns prefill from the prefix cache (the shapes a fresh prompt
+never reaches)."""
+
+from pathlib import Path
+
+import pytest
+
+from serving.config.vllm_args import to_cli_args
+from serving.golden.golden_engine import DEFAULT_SPEC_K, golden_engine_kwargs, mtp_config
+from serving.local.processes import free_port
+from serving.warm.sweep import SweepPlan, run_sweep
+from tests.support.golden_prompts import engine_env
+from tests.support.prom_samples import scrape, total
+from tests.support.server_process import PYTHON, running_server
+
+pytestmark = pytest.mark.engine
+HITS = "vllm:prefix_cache_hits_total"
+
+
+@pytest.fixture(scope="module")
+def server(golden_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    port = free_port()
+    cmd = [PYTHON, "-m", "vllm.entrypoints.openai.api_server"]
+    cmd += to_cli_args(
+        golden_engine_kwargs(golden_dir, speculative_config=mtp_config(DEFAULT_SPEC_K))
+    )
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    with running_server(cmd, f"http://127.0.0.1:{port}/health", log, engine_env()):
+        yield f"http://127.0.0.1:{port}"
+
+
+def _hits(base: str) -> float:
+    return total(scrape(f"{base}/metrics"), HITS)
+
+
+def test_follow_up_turns_prefill_from_the_prefix_cache(server):
+    model = golden_engine_kwargs("unused")["served_model_name"]
+    # 600 words: two whole 256-token blocks that a follow-up turn finds cached.
+    plan = SweepPlan(prompt_words=(16, 600), concurrency=(1, 2), max_tokens=4)
+    fresh = SweepPlan(plan.prompt_words, plan.concurrency, plan.max_tokens, follow_up_words=0)
+    before = _hits(server)
+    assert run_sweep(f"{server}/v1", model, fresh, seed=100) == (3, 0)
+    without = _hits(server) - before
+    assert run_sweep(f"{server}/v1", model, plan, seed=200) == (6, 0)
+    with_follow_ups = _hits(server) - before - without
+    assert without == 0  # fresh prompts of their own seeds share no block
+    assert with_follow_ups >= 256, with_follow_ups
