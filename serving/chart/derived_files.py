@@ -83,6 +83,7 @@ def rendered(cli_parser: argparse.ArgumentParser) -> dict[Path, str]:
 def docs_tables() -> dict[Path, str]:
     """Pages whose tables are rendered from committed records (serving/records)."""
     from serving.records import (
+        cold_start_table,
         disaggregation_table,
         draft_sampling_table,
         forward_table,
@@ -91,7 +92,13 @@ def docs_tables() -> dict[Path, str]:
     from serving.records.regions import with_region
 
     pages = {}
-    for source in (reliability_table, disaggregation_table, forward_table, draft_sampling_table):
+    for source in (
+        reliability_table,
+        disaggregation_table,
+        forward_table,
+        draft_sampling_table,
+        cold_start_table,
+    ):
         page = ROOT / source.DOC
         pages[page] = with_region(page.read_text(), source.REGION, source.table())
     return pages

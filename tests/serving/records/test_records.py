@@ -81,3 +81,18 @@ def test_the_committed_pages_are_rendered_from_the_committed_records():
     for source in (reliability_table, disaggregation_table, forward_table):
         page = derived_files.ROOT / source.DOC
         assert pages[page] == page.read_text(), f"{source.DOC}: run `dsv4-serve generate`"
+
+
+def test_the_cold_start_table_reads_each_runs_summary():
+    from serving.records import cold_start_table
+
+    runs = [json.loads((store.ROOT / path).read_text()) for path in cold_start_table.SUMMARIES]
+    imported = runs[-1]["imported_engine"]
+    imported["ready_s"] = 88.8
+    imported["kernels_compiled_during_traffic"] = {"deep_gemm": 0, "triton": 0}
+    text = cold_start_table.table(runs)
+    (ready,) = [line for line in text.splitlines() if line.startswith("| 12-layer engine")]
+    assert "| 88.8 from the imported cache" in ready
+    (traffic,) = [line for line in text.splitlines() if line.startswith("| kernel files compiled")]
+    assert traffic.endswith("| not counted | none |")  # zero compiles: said as none
+    assert all(path in text for path in cold_start_table.SUMMARIES)
