@@ -17,6 +17,7 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
             weight_format=args.weight_format,
             draft_pattern=args.draft_pattern,
             next_token_choices=args.next_token_choices,
+            draft_logit_scale=args.draft_logit_scale,
         )
     except ValueError as exc:
         print(f"dsv4-serve golden-model: {exc}", file=sys.stderr)
@@ -26,7 +27,8 @@ def _cmd_golden_model(args: argparse.Namespace) -> int:
         f"golden DSV4 checkpoint written to {out} "
         f"(variant={design.variant}, draft_agreement={design.draft_agreement}, "
         f"weights={design.weight_format}, drafts={design.draft_pattern}, "
-        f"next_token_choices={design.next_token_choices})"
+        f"next_token_choices={design.next_token_choices}, "
+        f"draft_logit_scale={design.draft_logit_scale})"
     )
     return 0
 
@@ -307,6 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="words the target's next-token distribution spreads over (1: certain); above 1 "
         "the greedy text stays and temperature-1 acceptance is known for greedy and "
         "probabilistic draft sampling",
+    )
+    golden.add_argument(
+        "--draft-logit-scale",
+        type=float,
+        default=1.0,
+        help="with --next-token-choices > 1: the drafter's logits over the target's (0.5, 1 "
+        "or 2); below 1 a flatter draft, so probabilistic drafts are not all accepted",
     )
     golden.set_defaults(func=_cmd_golden_model)
 

@@ -73,6 +73,7 @@ HEAD_INPUT_SCALE = math.sqrt(HIDDEN_SIZE)
 SPREAD_TOP_LOGIT = 32.0
 SPREAD_LOGIT_GAP = 1.0
 MAX_NEXT_TOKEN_CHOICES = 8
+DRAFT_LOGIT_SCALES = (0.5, 1.0, 2.0)  # powers of two: the norm weight stays exact
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 
 
@@ -90,6 +91,10 @@ class GoldenDesign:
     # target's: what greedy and probabilistic drafting then accept is known
     # (expected_acceptance_rates).
     next_token_choices: int = 1
+    # The drafter's logits over the target's (its final norm's weight, so exact in bf16 for
+    # a power of two): 1 gives q = p; 0.5 a flatter q, so that probabilistic drafts are
+    # accepted with sum_x min(p, q) < 1 and vLLM's ratio test is exercised, not bypassed.
+    draft_logit_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.draft_pattern not in DRAFT_PATTERNS:
@@ -113,6 +118,13 @@ class GoldenDesign:
             raise ValueError(
                 f"next_token_choices must be in [1, {MAX_NEXT_TOKEN_CHOICES}], "
                 f"got {self.next_token_choices}"
+            )
+        if self.draft_logit_scale != 1.0 and (
+            not self.spread or self.draft_logit_scale not in DRAFT_LOGIT_SCALES
+        ):
+            raise ValueError(
+                "draft_logit_scale needs next_token_choices > 1 and one of "
+                f"{', '.join(map(str, DRAFT_LOGIT_SCALES))}, got {self.draft_logit_scale}"
             )
         if self.spread and (
             self.variant != "designed"
@@ -171,14 +183,20 @@ class GoldenDesign:
         top, *rest = self.choices(token_id)
         return {top: SPREAD_TOP_LOGIT} | {t: SPREAD_TOP_LOGIT - SPREAD_LOGIT_GAP for t in rest}
 
-    def next_token_probs(self, token_id: int) -> dict[int, float]:
-        """The target's distribution after ``token_id`` at temperature 1 (softmax over the
-        whole vocabulary; the zero-logit words' share is left out, under 1e-11)."""
-        logits = self.next_token_logits(token_id)
+    def next_token_probs(self, token_id: int, scale: float = 1.0) -> dict[int, float]:
+        """The target's distribution after ``token_id`` at temperature 1, or with ``scale``
+        the drafter's (softmax over the whole vocabulary; the zero-logit words' share is
+        left out: under 1e-11 for the target, under 1e-4 at scale 0.5)."""
+        logits = {t: v * scale for t, v in self.next_token_logits(token_id).items()}
         top = max(logits.values())
         zero_words = VOCAB_SIZE - len(logits)
         norm = sum(math.exp(v - top) for v in logits.values()) + zero_words * math.exp(-top)
         return {t: math.exp(v - top) / norm for t, v in logits.items()}
+
+    def draft_probs(self, token_id: int) -> dict[int, float]:
+        """The MTP drafter's distribution after it saw ``token_id``: the shared head's
+        logits scaled by draft_logit_scale."""
+        return self.next_token_probs(token_id, self.draft_logit_scale)
 
     def expected_acceptance_rates(self, k: int, draft_sample_method: str) -> list[float]:
         """Accepted drafts at each of k positions per draft step, at temperature 1.
@@ -186,16 +204,19 @@ class GoldenDesign:
         vLLM's rejection sampler accepts a draft x with probability min(1, p(x) / q(x)):
         a greedy draft is the drafter's argmax with q treated as one-hot, so it is accepted
         with p(argmax q); a probabilistic draft is sampled from q and accepted with
-        sum_x min(p(x), q(x)) in all. The drafter's q is the target's p here, and every
-        word has the same distribution up to a shift, so a position is reached with the
-        previous one's probability times that acceptance."""
+        sum_x min(p(x), q(x)) in all. The drafter's q is the target's logits scaled by
+        draft_logit_scale (q = p at 1), and every word has the same distributions up to a
+        shift, so a position is reached with the previous one's probability times that
+        acceptance."""
         if draft_sample_method not in DRAFT_SAMPLE_METHODS:
             raise ValueError(
                 f"draft_sample_method must be one of {', '.join(DRAFT_SAMPLE_METHODS)}, "
                 f"got {draft_sample_method!r}"
             )
+        if not self.spread:
+            raise ValueError("expected_acceptance_rates describes a spread target")
         p = self.next_token_probs(self.first_word_id)
-        q = p  # the drafter shares the head and sees the same token
+        q = self.draft_probs(self.first_word_id)  # the drafter sees the same token
         if draft_sample_method == "greedy":
             accept = p[max(q, key=q.__getitem__)]
         else:

@@ -196,7 +196,8 @@ def _mtp(index: int, design: GoldenDesign, fill: _Filler, cfg: dict) -> Tensors:
         f"{prefix}e_proj.weight": e_proj,
         # Zero: the draft ignores the target's hidden state.
         f"{prefix}h_proj.weight": torch.zeros(dim, dim, dtype=_BF16),
-        f"{prefix}norm.weight": torch.ones(dim, dtype=_BF16),
+        # The norm before the shared head: draft_logit_scale (1 but for a spread design).
+        f"{prefix}norm.weight": torch.full((dim,), design.draft_logit_scale, dtype=_BF16),
     }
     out |= _hc_head(prefix, cfg)
     layer = cfg["num_hidden_layers"] + index

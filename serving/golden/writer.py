@@ -44,6 +44,8 @@ def write_golden_model(out_dir: str | Path, design: GoldenDesign | None = None) 
         manifest["draft_pattern"] = design.draft_pattern
     if design.spread:
         manifest["next_token_choices"] = design.next_token_choices
+    if design.draft_logit_scale != 1.0:
+        manifest["draft_logit_scale"] = design.draft_logit_scale
     (out / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
     return out
 

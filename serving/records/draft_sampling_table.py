@@ -21,7 +21,10 @@ def _rates(values: list[float]) -> str:
 def table(record: Record | None = None) -> str:
     record = record or load(RECORD)
     f = record.figures
-    design = GoldenDesign(next_token_choices=f["next_token_choices"])
+    design = GoldenDesign(
+        next_token_choices=f["next_token_choices"],
+        draft_logit_scale=f.get("draft_logit_scale", 1.0),
+    )
     favourite = max(design.next_token_probs(design.first_word_id).values())
     lines = [
         "| drafts sampled | draft steps | accepted per position, measured (designed) |"
@@ -43,6 +46,7 @@ def table(record: Record | None = None) -> str:
         lines.append("| " + " | ".join(table_cell(c) for c in cells) + " |")
     return (
         "\n".join(lines)
-        + f"\n\nk = {f['k']}, the target spread over {f['next_token_choices']} words, "
-        f"temperature 1. Measured: {record.source()}.\n"
+        + f"\n\nk = {f['k']}, the target spread over {f['next_token_choices']} words, the "
+        f"drafter's logits {design.draft_logit_scale:g} times the target's, temperature 1. "
+        f"Measured: {record.source()}.\n"
     )

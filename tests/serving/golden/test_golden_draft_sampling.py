@@ -1,10 +1,12 @@
 """Draft sampling at temperature 1 on the spread golden target (real vLLM engines).
 
-The target spreads each next token over three words and the MTP drafter, which shares its
-head, has the same distribution, so what vLLM's counters must show is designed
-(GoldenDesign.expected_acceptance_rates): greedy drafts are accepted with the favourite's
-probability at each position, probabilistic ones always. Either way speculative decoding is
-lossless: the sampled words must follow the target's own distribution. One engine per draft
+The target spreads each next token over three words; the MTP drafter shares its head with
+its logits halved, a flatter distribution with the same favourite. What vLLM's counters must
+show is designed (GoldenDesign.expected_acceptance_rates): greedy drafts are accepted with
+the favourite's probability at each position, probabilistic ones with sum_x min(p, q), which
+only a ratio test that reads the right draft probabilities gives (with q taken as 0 or as p
+every draft would be accepted). Either way speculative decoding is lossless: the sampled
+words must follow the target's own distribution. One engine per draft
 sampling method, each in a child (tests/support/draft_sampling_runner.py).
 """
 
@@ -18,7 +20,7 @@ from serving.records import store as records
 from tests.support.child_result import child_result
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
-SPREAD = GoldenDesign(next_token_choices=3)
+SPREAD = GoldenDesign(next_token_choices=3, draft_logit_scale=0.5)
 K = 3
 METHODS = ("greedy", "probabilistic")
 DRAFTS, DRAFT_TOKENS = "vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens"
@@ -52,36 +54,33 @@ def figures(runs: dict[str, dict]) -> dict:
             "favourite": choices.get("0", 0),
             "tokens": sum(choices.values()),
         }
-    return {"k": K, "next_token_choices": SPREAD.next_token_choices, "methods": methods}
+    return {
+        "k": K,
+        "next_token_choices": SPREAD.next_token_choices,
+        "draft_logit_scale": SPREAD.draft_logit_scale,
+        "methods": methods,
+    }
 
 
 def _within(count: int, trials: int, p: float) -> bool:
     return abs(count - trials * p) <= SIGMAS * math.sqrt(trials * p * (1 - p)) + 1
 
 
-def test_greedy_drafts_are_accepted_with_the_favourites_probability(runs):
-    counters = runs["greedy"]["counters"]
-    designed = SPREAD.expected_acceptance_rates(K, "greedy")
+@pytest.mark.parametrize("method", METHODS)
+def test_drafts_are_accepted_at_each_position_as_designed(runs, method: str):
+    counters = runs[method]["counters"]
+    designed = SPREAD.expected_acceptance_rates(K, method)
     drafts = counters[DRAFTS]
     assert drafts > 300 and counters[DRAFT_TOKENS] == K * drafts
     for pos, (accepted, rate) in enumerate(zip(counters[PER_POS], designed, strict=True)):
         assert _within(accepted, drafts, rate), (pos, accepted / drafts, rate)
 
 
-def test_probabilistic_drafts_are_all_accepted(runs):
-    counters = runs["probabilistic"]["counters"]
-    assert SPREAD.expected_acceptance_rates(K, "probabilistic") == pytest.approx([1.0] * K)
-    assert counters[DRAFTS] > 100
-    assert counters[ACCEPTED] == counters[DRAFT_TOKENS]
-    assert counters[PER_POS] == [counters[DRAFTS]] * K
-
-
-def test_probabilistic_drafting_gives_the_designed_longer_acceptance(runs):
-    steps = {method: runs[method]["counters"][DRAFTS] for method in METHODS}
-    length = {m: 1 + runs[m]["counters"][ACCEPTED] / steps[m] for m in METHODS}
-    designed = {m: 1 + sum(SPREAD.expected_acceptance_rates(K, m)) for m in METHODS}
-    assert length["probabilistic"] == pytest.approx(designed["probabilistic"])
-    assert length["greedy"] < length["probabilistic"] - 1
+def test_probabilistic_drafts_are_not_all_accepted_nor_only_the_favourite(runs):
+    # Between greedy's favourite-only rate and 1: the ratio test ran on real draft
+    # probabilities (0.876 per position designed, against 0.576 greedy).
+    first = {m: runs[m]["counters"][PER_POS][0] / runs[m]["counters"][DRAFTS] for m in METHODS}
+    assert first["greedy"] + 0.15 < first["probabilistic"] < 0.95
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -13,6 +13,7 @@ from serving.golden.writer import read_design
 from tests.support.checkpoint_tensors import checkpoint_tensors
 
 SPREAD = GoldenDesign(next_token_choices=3)
+FLAT_DRAFT = GoldenDesign(next_token_choices=3, draft_logit_scale=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -24,31 +25,40 @@ def test_only_the_head_differs_and_it_holds_the_designed_logits(spread_dir, gold
     ours, default = checkpoint_tensors(spread_dir), checkpoint_tensors(golden_dir)
     assert sorted(n for n in ours if not ours[n].equal(default[n])) == ["head.weight"]
     head = ours["head.weight"].float() * HEAD_INPUT_SCALE  # a token's normed direction
-    for token in range(SPREAD.first_word_id, head.shape[1]):
+    for token in range(head.shape[1]):
         column = head[:, token]
-        assert {int(i): float(column[i]) for i in column.nonzero().flatten()} == (
-            SPREAD.next_token_logits(token)
-        )
+        found = {int(i): float(column[i]) for i in column.nonzero().flatten()}
+        if token < SPREAD.first_word_id:  # special tokens: only the first word, certain
+            assert list(found) == [SPREAD.first_word_id], token
+        else:
+            assert found == SPREAD.next_token_logits(token), token
 
 
-def test_the_greedy_text_is_the_default_ring():
-    prompt = " ".join(SPREAD.words[10:14])
-    assert SPREAD.continuation(prompt, 64) == GoldenDesign().continuation(prompt, 64)
+def test_a_flatter_drafter_differs_only_in_the_norm_before_the_shared_head(tmp_path: Path):
+    flat = checkpoint_tensors(write_golden_model(tmp_path / "flat", FLAT_DRAFT))
+    spread = checkpoint_tensors(write_golden_model(tmp_path / "spread", SPREAD))
+    assert sorted(n for n in flat if not flat[n].equal(spread[n])) == ["mtp.0.norm.weight"]
+    assert set(flat["mtp.0.norm.weight"].float().tolist()) == {0.5}
+
+
+def test_every_words_favourite_is_its_successor_and_the_drafters_too():
     for token in range(SPREAD.first_word_id, len(SPREAD.vocab)):
-        probs = SPREAD.next_token_probs(token)
-        assert max(probs, key=probs.__getitem__) == SPREAD.successor(token)
-        assert sum(probs.values()) == pytest.approx(1.0, abs=1e-9)
+        for probs in (FLAT_DRAFT.next_token_probs(token), FLAT_DRAFT.draft_probs(token)):
+            assert max(probs, key=probs.__getitem__) == SPREAD.successor(token)
+            assert sum(probs.values()) == pytest.approx(1.0, abs=1e-4)
+        assert FLAT_DRAFT.next_token_probs(token) == SPREAD.next_token_probs(token)
 
 
 def _simulated_rates(design: GoldenDesign, k: int, method: str, steps: int) -> list[float]:
-    """vLLM's rejection rule played out draft by draft (v1/sample/rejection_sampler.py:
-    accept x when p(x) / q(x) >= u, q one-hot for greedy drafts), on the design's p."""
+    """The rejection rule vLLM states (vllm/v1/sample/rejection_sampler.py in 0.32; on
+    0.34's GPU runner v1/worker/gpu/spec_decode/rejection_sampler_utils.py): accept x when
+    p(x) / q(x) >= u, q one-hot for greedy drafts; played out here on the design's p and q."""
     rng = random.Random(5)
     accepted = [0] * k
     for _ in range(steps):
         last = design.first_word_id + rng.randrange(len(design.words))
         for pos in range(k):
-            p = q = design.next_token_probs(last)  # the drafter shares the head
+            p, q = design.next_token_probs(last), design.draft_probs(last)
             if method == "greedy":
                 draft, q_draft = max(q, key=q.__getitem__), 1.0
             else:
@@ -61,16 +71,18 @@ def _simulated_rates(design: GoldenDesign, k: int, method: str, steps: int) -> l
     return [n / steps for n in accepted]
 
 
+@pytest.mark.parametrize("design", [SPREAD, FLAT_DRAFT], ids=["q=p", "flat-q"])
 @pytest.mark.parametrize("method", ["greedy", "probabilistic"])
-def test_designed_acceptance_matches_the_rejection_rule_played_out(method: str):
-    designed = SPREAD.expected_acceptance_rates(3, method)
-    simulated = _simulated_rates(SPREAD, 3, method, steps=20_000)
+def test_designed_acceptance_matches_the_rejection_rule_played_out(method: str, design):
+    designed = design.expected_acceptance_rates(3, method)
+    simulated = _simulated_rates(design, 3, method, steps=20_000)
     assert simulated == pytest.approx(designed, abs=0.012)
 
 
-def test_probabilistic_drafts_accept_more_than_greedy_ones_at_temperature_one():
-    greedy = SPREAD.expected_acceptance_rates(2, "greedy")
-    probabilistic = SPREAD.expected_acceptance_rates(2, "probabilistic")
+@pytest.mark.parametrize("design", [SPREAD, FLAT_DRAFT], ids=["q=p", "flat-q"])
+def test_probabilistic_drafts_accept_more_than_greedy_ones_at_temperature_one(design):
+    greedy = design.expected_acceptance_rates(2, "greedy")
+    probabilistic = design.expected_acceptance_rates(2, "probabilistic")
     assert greedy[0] == pytest.approx(
         SPREAD.next_token_probs(SPREAD.first_word_id)[SPREAD.successor(SPREAD.first_word_id)]
     )
@@ -88,11 +100,20 @@ def test_bad_spreads_are_named():
         SPREAD.expected_acceptance_rates(2, "typical")
     with pytest.raises(ValueError, match="sampled"):
         SPREAD.expected_spec_counters("ba be", 8, 2)
+    with pytest.raises(ValueError, match="draft_logit_scale"):
+        GoldenDesign(draft_logit_scale=0.5)  # a certain target has nothing to flatten
+    with pytest.raises(ValueError, match="draft_logit_scale"):
+        GoldenDesign(next_token_choices=3, draft_logit_scale=0.3)
+    with pytest.raises(ValueError, match="spread target"):
+        GoldenDesign().expected_acceptance_rates(2, "greedy")
 
 
 def test_the_cli_writes_a_spread_checkpoint_and_the_manifest_carries_it(tmp_path: Path, capsys):
     rc = cli.main(["golden-model", str(tmp_path / "m"), "--next-token-choices", "3"])
     assert rc == 0 and "next_token_choices=3" in capsys.readouterr().out
     assert read_design(tmp_path / "m") == SPREAD
+    argv = ["golden-model", str(tmp_path / "f"), "--next-token-choices", "3"]
+    assert cli.main([*argv, "--draft-logit-scale", "0.5"]) == 0
+    assert read_design(tmp_path / "f") == FLAT_DRAFT
     assert cli.main(["golden-model", str(tmp_path / "bad"), "--next-token-choices", "9"]) == 2
     assert "next_token_choices must be in [1, 8], got 9" in capsys.readouterr().err
