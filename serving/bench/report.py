@@ -252,8 +252,8 @@ def _rounds(report: dict) -> list[str]:
         "|---|---|---|---|---|",
     ]
 
-    def said(values: list) -> str:
-        return " / ".join("-" if v is None else str(v) for v in values)
+    def said(values: list) -> str:  # "-": not read (an old bench.json, no log, no cache)
+        return " / ".join("-" if v is None else str(v) for v in values) or "-"
 
     for e in sorted(levels, key=lambda e: (e["concurrency"], e["target"])):
         added = [
@@ -261,7 +261,7 @@ def _rounds(report: dict) -> list[str]:
         ]
         lines.append(
             f"| {e['target']} | {e['concurrency']} | {said(e['round_tokens_per_s'])}"
-            f" | {said(e.get('round_jit_compiles', []))} | {said(added) or '-'} |"
+            f" | {said(e.get('round_jit_compiles', []))} | {said(added)} |"
         )
     return lines
 

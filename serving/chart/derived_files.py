@@ -80,8 +80,8 @@ def rendered(cli_parser: argparse.ArgumentParser) -> dict[Path, str]:
     }
 
 
-def docs_tables() -> dict[Path, str]:
-    """Pages whose tables are rendered from committed records (serving/records)."""
+def docs_table_sources() -> tuple:
+    """The modules that render a page's table from committed records (serving/records)."""
     from serving.records import (
         cold_start_table,
         disaggregation_table,
@@ -89,18 +89,26 @@ def docs_tables() -> dict[Path, str]:
         forward_table,
         reliability_table,
     )
-    from serving.records.regions import with_region
 
-    pages = {}
-    for source in (
+    return (
         reliability_table,
         disaggregation_table,
         forward_table,
         draft_sampling_table,
         cold_start_table,
-    ):
+    )
+
+
+def docs_tables() -> dict[Path, str]:
+    """Pages whose tables are rendered from committed records; a page with several
+    regions gets each in turn."""
+    from serving.records.regions import with_region
+
+    pages: dict[Path, str] = {}
+    for source in docs_table_sources():
         page = ROOT / source.DOC
-        pages[page] = with_region(page.read_text(), source.REGION, source.table())
+        text = pages.get(page) or page.read_text()
+        pages[page] = with_region(text, source.REGION, source.table())
     return pages
 
 

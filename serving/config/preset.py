@@ -171,12 +171,18 @@ class Speculation(_Strict):
     def info_labels(self) -> dict[str, str]:
         """The labels of the gateway's dsv4_speculation_info: what the dashboard and the
         acceptance alerts say about this preset's drafting. Unset draft sampling is
-        vLLM's default, greedy (vllm/config/speculative.py)."""
-        drafting = self.method != "none"
+        vLLM's default, greedy (vllm/config/speculative.py); a bench model's synthetic
+        acceptance decides acceptance by itself, whatever the drafts."""
+        if self.method == "none":
+            sampling = "none"
+        elif self.synthetic_acceptance:
+            sampling = "synthetic"
+        else:
+            sampling = self.draft_sample_method or "greedy"
         return {
             "method": self.method,
             "num_speculative_tokens": str(self.num_speculative_tokens),
-            "draft_sample_method": (self.draft_sample_method or "greedy") if drafting else "none",
+            "draft_sample_method": sampling,
         }
 
     def synthetic_for(self, k: int) -> dict[str, Any]:

@@ -39,6 +39,10 @@ SERVE_QUERIES = "ray_serve_replica_processing_queries"
 MINUTES = 400
 
 
+# How each model's drafts are sampled in the input series (dsv4_speculation_info).
+DRAFT_SAMPLING = {"flash": "greedy", "weak": "probabilistic"}
+
+
 def series(name: str, labels: dict[str, str], per_minute: float, start: float = 0) -> dict:
     return {"series": _sel(name, labels), "values": f"{start}+{per_minute}x{MINUTES}"}
 
@@ -156,15 +160,12 @@ def input_series() -> list[dict]:
     }.items():
         labels = {"namespace": NS, "model_name": "flash", "threshold": name}
         s.append(constant("dsv4_monitoring_threshold", labels, value))
-    # flash's gateway says its drafts are sampled greedily; weak has no gateway series.
-    spec = {"namespace": NS, "model_name": "flash", "method": "mtp"}
-    s.append(
-        constant(
-            "dsv4_speculation_info",
-            {**spec, "num_speculative_tokens": "2", "draft_sample_method": "greedy"},
-            1,
-        )
-    )
+    # How the gateway says each model's drafts are sampled (DRAFT_SAMPLING below): the
+    # below-baseline alert adds its note for greedy flash, not for probabilistic weak.
+    for model, sampling in DRAFT_SAMPLING.items():
+        labels = {"namespace": NS, "model_name": model, "method": "mtp"}
+        labels |= {"num_speculative_tokens": "2", "draft_sample_method": sampling}
+        s.append(constant("dsv4_speculation_info", labels, 1))
     gw = {"namespace": NS, "model_name": "flash", "route": "/v1/completions"}
     s += [
         series("dsv4_gateway_requests_total", {**gw, "status": "200"}, 90),
@@ -420,17 +421,12 @@ def disaggregation_tests() -> list[dict]:
 ALERTS = {r["alert"]: r for g in rule_groups()["groups"] for r in g["rules"] if "alert" in r}
 
 
-# How each model's drafts are sampled in the series above (dsv4_speculation_info).
-DRAFT_SAMPLING = {"flash": "greedy"}
-
-
 def _render(template: str, labels: dict[str, str], value: float) -> str:
     """The template forms the rules use, rendered as Prometheus does."""
-    if DRAFT_SAMPLING_NOTE in template:  # its query finds the model's info series or not
-        method = DRAFT_SAMPLING.get(labels.get("model_name", ""))
+    if DRAFT_SAMPLING_NOTE in template:  # said where the model's info series says greedy
+        greedy = DRAFT_SAMPLING.get(labels.get("model_name", "")) == "greedy"
         inner = DRAFT_SAMPLING_NOTE.split("| query }}", 1)[1].removesuffix("{{ end }}")
-        said = inner.replace('{{ . | first | label "draft_sample_method" }}', method or "")
-        template = template.replace(DRAFT_SAMPLING_NOTE, said if method else "")
+        template = template.replace(DRAFT_SAMPLING_NOTE, inner if greedy else "")
     text = template.replace("{{ $value | humanizePercentage }}", f"{value * 100:.4g}%")
     text = text.replace("{{ $value }}", f"{value:g}")
     for key, val in labels.items():

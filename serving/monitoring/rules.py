@@ -410,14 +410,14 @@ def _guard() -> list[dict[str, Any]]:
     ]
 
 
-# Said in the acceptance alerts where the gateway publishes the model's speculation
-# (dsv4_speculation_info): how its drafts are sampled, and what greedy drafting costs.
+# Said in the acceptance alert where the gateway says the model drafts greedily
+# (dsv4_speculation_info): what that costs at temperature > 0.
 DRAFT_SAMPLING_NOTE = (
-    '{{ with printf "dsv4_speculation_info{namespace=%q, model_name=%q}" $labels.namespace'
-    " $labels.model_name | query }}"
-    ' Drafts are sampled {{ . | first | label "draft_sample_method" }}: at temperature > 0'
-    " a greedy draft is accepted only with the target's probability of the drafter's top"
-    " token, so greedy drafting reads lower (speculation.draft_sample_method).{{ end }}"
+    '{{ with printf "dsv4_speculation_info{namespace=%q, model_name=%q,'
+    ' draft_sample_method=\\"greedy\\"}" $labels.namespace $labels.model_name | query }}'
+    " Drafts are sampled greedily: at temperature > 0 a greedy draft is accepted only with"
+    " the target's probability of the drafter's top token, so acceptance reads lower than"
+    " with probabilistic drafts (speculation.draft_sample_method).{{ end }}"
 )
 
 

@@ -378,3 +378,5 @@ def test_speculation_info_names_the_draft_sampling_the_engine_will_use():
     )
     assert chosen.info_labels()["draft_sample_method"] == "probabilistic"
     assert chosen.vllm_config()["draft_sample_method"] == "probabilistic"
+    bench = load_preset("h200-flash-bench").speculation
+    assert bench.info_labels()["draft_sample_method"] == "synthetic"

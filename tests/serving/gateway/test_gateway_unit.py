@@ -373,10 +373,13 @@ def test_an_unreadable_replica_id_drops_the_header_and_says_why(monkeypatch):
 
 
 def test_each_served_presets_speculation_is_published_with_its_draft_sampling():
-    from serving.config.preset import load_preset
+    from serving.config.preset import Speculation, load_preset
 
+    drafting = Speculation(
+        method="mtp", num_speculative_tokens=2, draft_sample_method="probabilistic"
+    )
     served = {
-        "unit-mtp": load_preset("h200-flash-mtp").speculation.info_labels(),
+        "unit-mtp": drafting.info_labels(),
         "unit-tiny": load_preset("cpu-tiny").speculation.info_labels(),
     }
     metrics.publish_served_models({"unit-mtp": {"acceptance_floor": 0.4}}, served)

@@ -45,5 +45,7 @@ def test_follow_up_turns_prefill_from_the_prefix_cache(server):
     without = _hits(server) - before
     assert run_sweep(f"{server}/v1", model, plan, seed=200) == (6, 0)
     with_follow_ups = _hits(server) - before - without
-    assert without == 0  # fresh prompts of their own seeds share no block
+    # Fresh waves at these sizes share no whole block (one seed's prompts of different
+    # lengths are prefixes of each other, but 16 words is under a 256-token block).
+    assert without == 0
     assert with_follow_ups >= 256, with_follow_ups
