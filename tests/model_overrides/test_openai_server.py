@@ -6,33 +6,22 @@ from pathlib import Path
 import openai
 import pytest
 
-from serving.config.vllm_args import to_cli_args
 from serving.golden import GoldenDesign
 from serving.golden.golden_engine import (
     DEFAULT_SPEC_K,
     SERVED_MODEL_NAME,
-    golden_engine_kwargs,
-    mtp_config,
 )
-from serving.local.processes import free_port
-from tests.support.golden_prompts import engine_env, prompt_of
+from tests.support.golden_prompts import prompt_of
+from tests.support.golden_server import golden_vllm_server
 from tests.support.prom_samples import scrape, total
-from tests.support.server_process import PYTHON, running_server
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
 def client(golden_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    port = free_port()
-    cmd = [PYTHON, "-m", "vllm.entrypoints.openai.api_server"]
-    cmd += to_cli_args(
-        golden_engine_kwargs(golden_dir, speculative_config=mtp_config(DEFAULT_SPEC_K))
-    )
-    cmd += ["--host", "127.0.0.1", "--port", str(port)]
-    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    with running_server(cmd, f"http://127.0.0.1:{port}/health", log, engine_env()):
-        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    with golden_vllm_server(golden_dir, tmp_path_factory.mktemp("vllm-server")) as base:
+        yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
 
 
 def _metrics_url(client) -> str:

@@ -1,18 +1,14 @@
 """The warm's traffic sweep against vLLM's own server on the golden model: every request
-answered, and the follow-up turns prefill from the prefix cache (the shapes a fresh prompt
-never reaches)."""
+answered, and its follow-up turns prefill from the prefix cache."""
 
 from pathlib import Path
 
 import pytest
 
-from serving.config.vllm_args import to_cli_args
-from serving.golden.golden_engine import DEFAULT_SPEC_K, golden_engine_kwargs, mtp_config
-from serving.local.processes import free_port
+from serving.golden.golden_engine import golden_engine_kwargs
 from serving.warm.sweep import SweepPlan, run_sweep
-from tests.support.golden_prompts import engine_env
+from tests.support.golden_server import golden_vllm_server
 from tests.support.prom_samples import scrape, total
-from tests.support.server_process import PYTHON, running_server
 
 pytestmark = pytest.mark.engine
 HITS = "vllm:prefix_cache_hits_total"
@@ -20,15 +16,8 @@ HITS = "vllm:prefix_cache_hits_total"
 
 @pytest.fixture(scope="module")
 def server(golden_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    port = free_port()
-    cmd = [PYTHON, "-m", "vllm.entrypoints.openai.api_server"]
-    cmd += to_cli_args(
-        golden_engine_kwargs(golden_dir, speculative_config=mtp_config(DEFAULT_SPEC_K))
-    )
-    cmd += ["--host", "127.0.0.1", "--port", str(port)]
-    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    with running_server(cmd, f"http://127.0.0.1:{port}/health", log, engine_env()):
-        yield f"http://127.0.0.1:{port}"
+    with golden_vllm_server(golden_dir, tmp_path_factory.mktemp("vllm-server")) as base:
+        yield base
 
 
 def _hits(base: str) -> float:
