@@ -88,8 +88,8 @@ class GoldenDesign:
     # successor); c > 1, the next c words of the ring, the successor one logit above the
     # rest. Greedy text is the same; at temperature 1 a walk steps 1 to c words ahead. The
     # MTP drafter shares the head and sees the same token, so its distribution is the
-    # target's: what greedy and probabilistic drafting then accept is known
-    # (expected_acceptance_rates).
+    # target's scaled by draft_logit_scale: what greedy and probabilistic drafting then
+    # accept is known (expected_acceptance_rates).
     next_token_choices: int = 1
     # The drafter's logits over the target's (its final norm's weight, so exact in bf16 for
     # a power of two): 1 gives q = p; 0.5 a flatter q, so that probabilistic drafts are
