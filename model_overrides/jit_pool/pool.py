@@ -1,8 +1,14 @@
 """Run compile jobs on worker processes and report what they did.
 
-Several engine ranks of one node (tensor or expert parallelism) compile the same keys:
-the first to take the pool's lock compiles them for all; the others wait on the lock and
-find the job set's done-marker, so a node compiles each kernel once.
+Each job that compiles is written to the cache's ledger (``LEDGER_NAME`` beside the lock,
+one line per job: the node stamp and the job's fingerprint), and a job the ledger holds
+for this node's stamp is not run again. So several engine ranks of one node (tensor or
+expert parallelism) compile each key once: the first to take the pool's lock compiles,
+the others wait on the lock and find their jobs done. The ledger travels in a cache
+archive, so an engine started from an imported cache skips the pool for every job the
+warm compiled instead of re-loading each kernel in a worker. The stamp is the node's tool
+versions and GPU architecture (``manifest.cache_key`` without shapes): a ledger written
+under other versions does not count.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model_overrides.jit_pool.jobs import JobResult, JobSet
+from model_overrides.jit_pool.jobs import CompileJob, JobResult, JobSet
 
 JOBS_ENV = "DSV4_JIT_JOBS"  # worker processes; 0 or 1 turns the pool off
 # The default's ceiling: each worker holds a Python with torch and vLLM (1-2 GB of host
@@ -29,6 +35,7 @@ JOBS_ENV = "DSV4_JIT_JOBS"  # worker processes; 0 or 1 turns the pool off
 # node (docs/cold-start.md). A 200-core node would otherwise start 200 of them.
 DEFAULT_MAX_JOBS = 16
 LOCK_NAME = ".dsv4-jit-pool.lock"
+LEDGER_NAME = "dsv4-jit-pool-compiled.txt"
 # The slow kind first: a TileLang key takes 13-100 s, a run of DeepGEMM M values ~10-40 s.
 KIND_ORDER = {"jit_key": 0, "fp8_gemm_nt": 1}
 
@@ -53,7 +60,8 @@ class PoolReport:
     by_kind: dict[str, int] = field(default_factory=dict)
     failed: list[JobResult] = field(default_factory=list)
     not_run: int = 0
-    skipped: str = ""  # why the pool did not run (another rank compiled this job set)
+    skipped: str = ""  # why the pool did not run (every job is in the ledger already)
+    already: int = 0  # jobs the ledger holds: compiled by an earlier run or an imported cache
     left_to_vllm: list[str] = field(default_factory=list)
 
     def line(self) -> str:
@@ -65,6 +73,8 @@ class PoolReport:
             f"[dsv4-jit] pre-compiled {self.jobs} jobs ({kinds}) on {self.workers} processes "
             f"in {self.seconds:.1f}s ({len(self.failed)} failed, {self.not_run} not run)"
         )
+        if self.already:
+            text += f"; {self.already} already in this cache"
         if self.left_to_vllm:
             text += f"; left to vLLM's warm-up: {', '.join(sorted(set(self.left_to_vllm)))}"
         return text
@@ -79,6 +89,24 @@ def _node_lock(lock_dir: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_ledger(lock_dir: Path, stamp: str) -> set[str]:
+    """Fingerprints of the jobs compiled into this cache under ``stamp``."""
+    path = lock_dir / LEDGER_NAME
+    if not path.exists():
+        return set()
+    done = set()
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        found_stamp, _, fingerprint = line.strip().partition(" ")
+        if found_stamp == stamp and fingerprint:
+            done.add(fingerprint)
+    return done
+
+
+def _write_ledger(lock_dir: Path, stamp: str, jobs: list[CompileJob]) -> None:
+    with open(lock_dir / LEDGER_NAME, "a", encoding="utf-8") as ledger:
+        ledger.writelines(f"{stamp} {job.fingerprint()}\n" for job in jobs)
 
 
 def _collect(pool_dir: Path, workers: int) -> list[JobResult]:
@@ -104,20 +132,25 @@ def run_pool(
     lock_dir: Path,
     timeout_s: float = 3600,
     env: Mapping[str, str] | None = None,
+    stamp: str = "",
 ) -> PoolReport:
-    """Compile ``job_set`` on ``workers`` processes (at most one per job)."""
-    jobs = sorted(job_set.jobs, key=lambda job: KIND_ORDER.get(job.kind, 9))
-    workers = max(1, min(workers, len(jobs)))
-    report = PoolReport(len(jobs), workers, left_to_vllm=list(job_set.left_to_vllm))
-    if not jobs:
+    """Compile the jobs of ``job_set`` that the cache's ledger does not hold for ``stamp``
+    on ``workers`` processes (at most one per job)."""
+    listed = sorted(job_set.jobs, key=lambda job: KIND_ORDER.get(job.kind, 9))
+    report = PoolReport(len(listed), 1, left_to_vllm=list(job_set.left_to_vllm))
+    if not listed:
         report.skipped = "no jobs"
         return report
-    done_marker = lock_dir / f".dsv4-jit-pool-{job_set.fingerprint()}.done"
     began = time.monotonic()
     with _node_lock(lock_dir):
-        if done_marker.exists():
-            report.skipped = f"these {len(jobs)} jobs were compiled into this cache already"
+        done = read_ledger(lock_dir, stamp)
+        jobs = [job for job in listed if job.fingerprint() not in done]
+        report.already = len(listed) - len(jobs)
+        if not jobs:
+            report.skipped = f"these {len(listed)} jobs were compiled into this cache already"
             return report
+        workers = max(1, min(workers, len(jobs)))
+        report.jobs, report.workers = len(jobs), workers
         with tempfile.TemporaryDirectory(prefix="dsv4-jit-pool-") as tmp:
             pool_dir = Path(tmp)
             (pool_dir / "claims").mkdir()
@@ -140,6 +173,7 @@ def run_pool(
                     proc.kill()
                     proc.wait()
             results = _collect(pool_dir, workers)
+            _write_ledger(lock_dir, stamp, [jobs[r.index] for r in results if r.ok])
             crashed = [i for i, p in enumerate(procs) if p.returncode != 0]
             for i in crashed:  # a worker that died took its job's record with it
                 tail = (pool_dir / f"stderr-{i}.log").read_text(errors="replace")[-400:]
@@ -150,6 +184,4 @@ def run_pool(
     report.by_kind = dict(Counter(r.kind for r in results if r.ok))
     report.failed += [r for r in results if not r.ok]
     report.not_run = len(jobs) - len(results)
-    if not report.failed and not report.not_run:
-        done_marker.touch()
     return report

@@ -9,6 +9,8 @@ model's registrations are in ``jit_warmup_registry`` and DeepGEMM's weights are 
 for it) this patch hands the same keys to ``model_overrides.jit_pool`` worker processes,
 which compile them into the tools' disk caches; vLLM's own warm-up then loads them. Keys
 registered later (attention metadata builders, the KV cache) stay with vLLM's warm-up.
+Jobs the cache's ledger holds for this node's versions and GPU (an earlier start, or the
+warm whose archive was imported) are not handed out again (``jit_pool.pool``).
 
 ``DSV4_JIT_JOBS`` sets the workers (default: this process's CPU cores, at most 16; 0 or 1:
 off). A
@@ -50,6 +52,11 @@ def lock_dir(environ: Any = os.environ) -> Path:
     return Path.home() / ".cache" / "vllm"
 
 
+def node_stamp() -> str:
+    """The pool ledger's stamp: this node's tool versions and GPU architecture."""
+    return cache_manifest.cache_key(cache_manifest.node_versions(), cache_manifest.node_gpu(), {})
+
+
 def log_cache_fit(environ: Any = os.environ) -> str | None:
     """One line: does the warmed cache (its manifest) fit this node. None without a root."""
     root = environ.get(cache_manifest.ROOT_ENV)
@@ -76,7 +83,7 @@ def precompile(runner: Any, workers: int) -> None:
     registry_jobs(runner.jit_warmup_registry, runner.vllm_config, job_set)
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
     deep_gemm_jobs(model, runner.scheduler_config.max_num_batched_tokens, job_set)
-    report = run_pool(job_set, workers, lock_dir())
+    report = run_pool(job_set, workers, lock_dir(), stamp=node_stamp())
     log = logger.warning if report.failed or report.not_run else logger.info
     log(report.line())
     for failure in report.failed[:3]:

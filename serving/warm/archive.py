@@ -27,7 +27,7 @@ from model_overrides.jit_pool.manifest import (
 )
 
 NAME_PATTERN = re.compile(r"dsv4-jit-([0-9a-f]{16})\.tar\.gz$")
-# What never travels: the pool's lock and done-markers, half-written files, and beside the
+# What never travels: the pool's lock, half-written files, and beside the
 # caches the warm engine's logs, its config-only model and an import's staging folder.
 SKIP_NAMES = re.compile(r"^\.dsv4-jit-pool|\.tmp$|\.lock$")
 SKIP_TOP = ("logs", "warm-model")

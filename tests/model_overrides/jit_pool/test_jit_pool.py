@@ -10,7 +10,7 @@ import pytest
 
 from model_overrides.jit_pool import default_jobs, run_pool
 from model_overrides.jit_pool.jobs import CompileJob, JobSet, run_job
-from model_overrides.jit_pool.pool import JOBS_ENV
+from model_overrides.jit_pool.pool import JOBS_ENV, read_ledger
 from model_overrides.registry import REGISTRY
 from tests.support.jit_pool_probe import OUT_ENV, CompileProbe
 
@@ -53,11 +53,40 @@ def test_a_failed_key_is_reported_and_the_rest_compile(out, tmp_path):
 
 def test_a_job_set_compiled_once_is_not_compiled_again(out, tmp_path):
     jobs = _jobs(CompileProbe.CompileKey("once"))
-    assert not run_pool(jobs, 2, tmp_path / "lock").skipped
+    assert not run_pool(jobs, 2, tmp_path / "lock", stamp="node").skipped
     (out / next(out.iterdir()).name).unlink()
-    again = run_pool(jobs, 2, tmp_path / "lock")  # another rank of the node, after the first
+    again = run_pool(jobs, 2, tmp_path / "lock", stamp="node")  # another rank, after the first
     assert again.skipped and not list(out.iterdir())
     assert again.line().startswith("[dsv4-jit] pre-compile skipped")
+
+
+def test_only_the_jobs_the_ledger_lacks_are_compiled(out, tmp_path):
+    """An engine from an imported cache: the warm's jobs are in the ledger, a new one is not;
+    a failed job stays out of the ledger and is tried again."""
+    warm = [CompileProbe.CompileKey("a"), CompileProbe.CompileKey("b", fail=True)]
+    warm_jobs = _jobs(*warm)
+    run_pool(warm_jobs, 2, tmp_path / "lock", stamp="node")
+    assert read_ledger(tmp_path / "lock", "node") == {warm_jobs.jobs[0].fingerprint()}
+    for path in out.iterdir():
+        path.unlink()
+    engine = [
+        CompileProbe.CompileKey("a"),
+        CompileProbe.CompileKey("b"),
+        CompileProbe.CompileKey("c"),
+    ]
+    report = run_pool(_jobs(*engine), 2, tmp_path / "lock", stamp="node")
+    assert sorted(_compiled(out)) == ["b", "c"]
+    assert (report.jobs, report.already) == (2, 1)
+    assert report.line().endswith("; 1 already in this cache")
+
+
+def test_a_ledger_written_under_other_versions_does_not_count(out, tmp_path):
+    jobs = _jobs(CompileProbe.CompileKey("k"))
+    run_pool(jobs, 1, tmp_path / "lock", stamp="vllm-0.33")
+    for path in out.iterdir():
+        path.unlink()
+    report = run_pool(jobs, 1, tmp_path / "lock", stamp="vllm-0.34")
+    assert not report.skipped and sorted(_compiled(out)) == ["k"]
 
 
 def test_a_worker_that_cannot_build_the_owner_fails_the_job_not_the_pool(out, tmp_path):

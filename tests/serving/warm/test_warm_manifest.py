@@ -23,7 +23,8 @@ def _cache(root, versions=None):
     (root / "triton" / "abc" / "kern.json").write_text("{}")
     (root / "logs").mkdir()
     (root / "logs" / "engine.log").write_text("not carried")
-    (root / ".dsv4-jit-pool-x.done").touch()
+    (root / "tilelang" / ".dsv4-jit-pool.lock").touch()
+    (root / "tilelang" / "dsv4-jit-pool-compiled.txt").write_text("stamp job\n")
     manifest = m.build(
         root, "h200-flash-bench", SHAPES, versions=versions or m.node_versions(), gpu=GPU
     )
@@ -84,6 +85,9 @@ def test_an_archive_carries_the_caches_and_nothing_else(tmp_path):
         names = tar.getnames()
     assert names[0] == m.MANIFEST_NAME
     assert "triton/abc/kern.cubin" in names and "tilelang/k1/kernel_lib.so" in names
+    # The pool's ledger travels (the importing node's engine skips what it lists); its
+    # lock and the warm's logs do not.
+    assert "tilelang/dsv4-jit-pool-compiled.txt" in names
     assert not [n for n in names if n.startswith("logs") or ".dsv4-jit-pool" in n]
     assert read_manifest(path) == manifest
     into = tmp_path / "b"
