@@ -14,7 +14,10 @@ out=${1:?usage: cold_start.sh OUT_DIR CACHE_DIR}
 cache=${2:?usage: cold_start.sh OUT_DIR CACHE_DIR}
 mkdir -p "$out" "$cache"
 began=$(date +%s)
-stamp() { echo "== $* ($(( $(date +%s) - began )) s in)"; }
+stamp() { echo "== $* ($(( $(date +%s) - began )) s in, epoch $(date +%s))"; }
+listing() {  # CACHE NAME: every cache file with its mtime and size, to place it in a stage
+    (cd "$1" && find . -type f -printf '%T@ %s %P\n' | sort -n) > "$out/files-$2.txt"
+}
 kernels() {  # CACHE NAME: the cache's kernel files per tool, as the manifest counts them
     python3 -c 'import json, sys
 from model_overrides.jit_pool.manifest import count_kernels
@@ -43,6 +46,7 @@ python3 -m serving.cli warm h200-flash-bench --cache "$cache" --jobs "${JOBS:-$(
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 stamp "warm exit"
 kernels "$cache" after-warm
+listing "$cache" after-warm
 for kind in ${KINDS-vllm-k2 vllm-k0}; do
     bench "served-${kind#vllm-}" "$cache" "$kind" 2 8 64
 done
@@ -59,6 +63,14 @@ if [ -n "$archive" ]; then
     (cd "$out/../jit-imported" && find . -type f | sort) |
         comm -13 "$out/files-before-traffic.txt" - > "$out/compiled-during-traffic.txt"
     echo "files added by traffic: $(wc -l < "$out/compiled-during-traffic.txt")"
+    # Their sources and metadata (DeepGEMM keeps kernel.cu beside each cubin; Triton a
+    # .json and the source's IR): the shapes the warm has to reach next time.
+    mkdir -p "$out/traffic-kernels"
+    grep -v -E '\.(cubin|so|hsaco|fatbin)$' "$out/compiled-during-traffic.txt" | head -200 |
+        while read -r file; do
+            src="$out/../jit-imported/$file"
+            [ "$(stat -c %s "$src")" -lt 262144 ] && install -D -m 644 "$src" "$out/traffic-kernels/$file"
+        done
 else
     echo "no archive to import"; failed=1
 fi
