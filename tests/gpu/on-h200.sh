@@ -37,11 +37,15 @@
 #                                # the cache exported, imported and started from again
 #   tests/gpu/on-h200.sh cold-start-wait  # what it has written so far; the archive comes
 #                                # back in parts (.jit-seed/ on the next machine)
+#   tests/gpu/on-h200.sh draft-sampling  # tests/gpu/draft_sampling.sh in the background:
+#                                # the golden draft-sampling test on the GPU, then the
+#                                # 12-layer k = 2 bench with greedy and probabilistic drafts
+#   tests/gpu/on-h200.sh draft-sampling-wait
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
 # specific to the lent machine but the kit's environment file.
 set -u -o pipefail
-step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait|pd-fp8-forward|pd-fp8-forward-wait|pd-bench|pd-bench-wait|cold-start|cold-start-wait}
+step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait|pd-fp8-forward|pd-fp8-forward-wait|pd-bench|pd-bench-wait|cold-start|cold-start-wait|draft-sampling|draft-sampling-wait}
 OUT=${OUT:?set OUT}
 if [ -f /tmp/site/gpu-kit.env ]; then . /tmp/site/gpu-kit.env; fi
 export PYTHONUNBUFFERED=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
@@ -378,6 +382,24 @@ cold-start-wait)
             echo "archive $(du -h "$archive" | cut -f1): too large to bring back"
         fi
     done
+    exit "$job_rc"
+    ;;
+draft-sampling)
+    rm -rf "$work/draft-sampling"
+    mkdir -p "$work/draft-sampling"
+    copy_src
+    # After cold-start on the same machine: its warmed cache with what its traffic added.
+    if [ -d "$work/jit-imported" ]; then
+        mkdir -p "$work/jit" && cp -an "$work/jit-imported/." "$work/jit/"
+    elif [ ! -f "$work/jit/manifest.json" ]; then
+        seed_jit
+    fi
+    start_job draft-sampling draft_sampling.sh
+    ;;
+draft-sampling-wait)
+    wait_job draft-sampling
+    tar czf "$OUT/draft-sampling.tgz" --exclude='logs' -C "$work" draft-sampling
+    tar czf "$OUT/draft-sampling-logs.tgz" -C "$work" draft-sampling 2>/dev/null
     exit "$job_rc"
     ;;
 *) echo "unknown step $step"; exit 2 ;;
