@@ -17,7 +17,15 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from model_overrides.guard.spec_guard_config import LOG_ENV
-from serving.bench import guard_bench, local, pd_bench, report, routing_bench, workloads
+from serving.bench import (
+    guard_bench,
+    local,
+    patch_record,
+    pd_bench,
+    report,
+    routing_bench,
+    workloads,
+)
 from serving.bench.conversations import CACHED_TOKENS_SETS, ConversationWorkload
 from serving.bench.load import Target
 from serving.bench.machine import client_machine, gpu_info
@@ -285,6 +293,9 @@ def run(args: argparse.Namespace) -> int:
         "argv": sys.argv,
         "client_machine": client_machine(),
     }
+    patch_names = patch_record.registered_patches()
+    for target in targets:
+        meta["patches"][target.name] = patch_record.remote(target.metrics_url, patch_names)
     bench = BenchRun(targets, plan, _progress, deadline)
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -372,7 +383,12 @@ def _start_local(
         targets.append(server.target)
         meta["ready_seconds"].setdefault(server.spec.kind, server.ready_seconds)
         meta["start_stages_seconds"].setdefault(server.spec.kind, server.stages or {})
-        meta["patches"].setdefault(server.spec.kind, server.patches or {})
+        meta["patches"].setdefault(
+            server.spec.kind,
+            patch_record.complete(
+                server.patches or {}, patch_record.registered_patches(), "not in its log"
+            ),
+        )
 
 
 def _stop(servers: list[local.LocalServer]) -> None:

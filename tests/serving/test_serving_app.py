@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from model_overrides.kernels import kernel_library
+from serving.bench.patch_record import registered_patches
 from serving.gateway.keys import key_id
 from serving.gateway.routes import TABLE, Kind
 from serving.golden import GoldenDesign
@@ -270,6 +271,8 @@ def test_bench_smoke_run_writes_a_complete_report(app, tmp_path):
         assert level["spec_decode"]["acceptance_length"] is not None
     for name in ("bench.md", "throughput.png", "latency.png", "acceptance.png"):
         assert (out_dir / name).stat().st_size > 0
+    # Every registered patch has a line, an outcome or why the target's page has none.
+    assert list(report["patches"]["app"]) == registered_patches()
     # vLLM's benchmark client sends the key; a wrong one fails every request, by name.
     cmd[cmd.index("--out") + 1] = str(tmp_path / "denied")
     denied = subprocess.run(
