@@ -76,6 +76,8 @@ def test_the_helm_test_pod_mounts_the_inference_keys_only(tmp_path: Path):
     projected = {item["path"]: item["key"] for item in volume["secret"]["items"]}
     assert set(secret["data"]) == {"api-keys", "admin-keys"}
     assert projected == {"api-keys": "api-keys"}
+    # Nor the namespace's service-account token, which it never reads either.
+    assert pod["spec"]["automountServiceAccountToken"] is False
     (container,) = pod["spec"]["containers"]
     (mount,) = container["volumeMounts"]
     env = {e["name"]: e["value"] for e in container["env"]}
