@@ -81,7 +81,9 @@ def rendered(cli_parser: argparse.ArgumentParser) -> dict[Path, str]:
 
 
 def docs_table_sources() -> tuple:
-    """The modules that render a page's table from committed records (serving/records)."""
+    """The modules that render a page's table from committed records (serving/records) or
+    from the code (the gateway's route table)."""
+    from serving.gateway import route_doc
     from serving.records import (
         cold_start_table,
         disaggregation_table,
@@ -96,6 +98,7 @@ def docs_table_sources() -> tuple:
         forward_table,
         draft_sampling_table,
         cold_start_table,
+        route_doc,
     )
 
 

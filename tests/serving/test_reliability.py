@@ -20,12 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from serving.gateway.input_policy import RULES
 from serving.golden import GoldenDesign
 from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 from serving.records import store as records
 from tests.support.golden_prompts import prompt_of
 from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app
+from tests.support.route_bodies import BODIES
 from tests.support.streams import stream_ending, wait_streaming
 
 pytestmark = pytest.mark.ray
@@ -208,6 +210,35 @@ BAD_INPUTS = {
     "oversized-body-tokenize": (
         "/tokenize",
         b'{"model": "dsv4-golden", "prompt": "' + HUGE + b'"}',
+        {},
+        413,
+        "limit",
+    ),
+    "oversized-body-chat": (
+        "/v1/chat/completions",
+        b'{"model": "dsv4-golden", "messages": [{"role": "user", "content": "' + HUGE + b'"}]}',
+        {},
+        413,
+        "limit",
+    ),
+    "oversized-body-messages": (
+        "/v1/messages",
+        b'{"model": "dsv4-golden", "max_tokens": 4, "messages": '
+        b'[{"role": "user", "content": "' + HUGE + b'"}]}',
+        {},
+        413,
+        "limit",
+    ),
+    "oversized-body-count-tokens": (
+        "/v1/messages/count_tokens",
+        b'{"model": "dsv4-golden", "messages": [{"role": "user", "content": "' + HUGE + b'"}]}',
+        {},
+        413,
+        "limit",
+    ),
+    "oversized-body-detokenize": (
+        "/detokenize",
+        b'{"model": "dsv4-golden", "tokens": [' + b"1, " * 5_000_000 + b"1]}",
         {},
         413,
         "limit",
@@ -464,6 +495,14 @@ def test_schema_fuzzer_finds_no_5xx_on_any_reachable_route(app, golden_design: G
     }
     print("schema fuzz:", json.dumps(FIGURES["schema_fuzz"], indent=1)[:4000])
     assert len(operations) >= 14, [o.label for o in operations]
+    # Every route the input policy reads was fuzzed, and a client's own body reached each
+    # handler that takes one (generated bodies may all be refused before it).
+    assert set(RULES) <= {o.path for o in operations}, [o.label for o in operations]
+    reached = {
+        route: app["client"].post(route, json=body, headers=ADMIN_AUTH)
+        for route, body in BODIES.items()
+    }
+    assert {route: r.status_code for route, r in reached.items()} == dict.fromkeys(BODIES, 200)
     assert record.failures == [], record.failures
     golden_ok(app, golden_design, seed=4)  # and it keeps serving
 

@@ -19,6 +19,7 @@ from serving.gateway.keys import key_id
 from serving.records import store as records
 from tests.support.prom_samples import scrape, total
 from tests.support.ray_app import ray_app
+from tests.support.route_bodies import BODIES
 
 pytestmark = pytest.mark.ray
 FLOOD_KEY, STEADY_KEY = "flood-key-0123456789", "steady-key-0123456789"
@@ -204,22 +205,21 @@ def test_two_keys_one_flooding_one_steady(app):
     assert FLOOD_KEY not in page and STEADY_KEY not in page
 
 
-def test_tokenize_counts_against_the_key_limits(app):
+def test_one_keys_token_budget_covers_every_inference_route(app):
     tokenize_id = key_id(TOKENIZE_KEY.encode())
     # About 25000 tokens reserved (bytes / 4): past the key's 1800 a minute in one request.
     body = {"model": MODEL, "prompt": "neti " * 20_000}
     with httpx.Client(base_url=app["base"], headers=_headers(TOKENIZE_KEY), timeout=120) as c:
         first = c.post("/tokenize", json=body)
-        second = c.post("/tokenize", json={"model": MODEL, "prompt": "neti"})
-        detokenize = c.post("/detokenize", json={"model": MODEL, "tokens": [1, 2]})
+        refused = {route: c.post(route, json=sample) for route, sample in BODIES.items()}
     assert first.status_code == 200 and first.json()["count"] > 0, first.text[:300]
-    for refused in (second, detokenize):
-        assert refused.status_code == 429, refused.text[:300]
-        assert refused.json()["error"]["code"] == "key_tokens_limit"
-        assert int(refused.headers["retry-after"]) > 60
+    for route, answer in refused.items():
+        assert answer.status_code == 429, (route, answer.text[:300])
+        assert answer.json()["error"]["code"] == "key_tokens_limit", route
+        assert int(answer.headers["retry-after"]) > 60, route
     samples = _gateway(app)
     assert total(samples, "dsv4_gateway_key_tokens_total", key_id=tokenize_id) >= 25_000
-    assert total(samples, "dsv4_gateway_key_rejected_total", key_id=tokenize_id) == 2
+    assert total(samples, "dsv4_gateway_key_rejected_total", key_id=tokenize_id) == len(BODIES)
 
 
 def test_a_stored_response_is_read_only_by_the_key_that_created_it(app):

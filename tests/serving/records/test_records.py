@@ -7,6 +7,7 @@ import json
 import pytest
 
 from serving.chart import derived_files
+from serving.gateway import route_doc
 from serving.records import disaggregation_table, forward_table, reliability_table, store
 from serving.records.regions import BEGIN, END, with_region
 
@@ -79,7 +80,7 @@ def test_the_forward_table_divides_figures_of_one_machine():
 def test_the_committed_pages_are_rendered_from_the_committed_records():
     pages = derived_files.docs_tables()
     sources = derived_files.docs_table_sources()
-    assert {reliability_table, disaggregation_table, forward_table} <= set(sources)
+    assert {reliability_table, disaggregation_table, forward_table, route_doc} <= set(sources)
     for source in sources:
         page = derived_files.ROOT / source.DOC
         assert pages[page] == page.read_text(), f"{source.DOC}: run `dsv4-serve generate`"
