@@ -291,6 +291,7 @@ def test_an_oversized_body_is_413_on_every_route_without_being_held():
     seen: list = []
     guarded = InputCheckMiddleware(_echo_app(seen), max_body=LIMIT)
     big = b'{"prompt": "' + b"a" * (4 * LIMIT) + b'"}'
+    paths = [route.replace("{response_id}", "r") for route in RULES]
 
     async def chunks():  # no Content-Length: read until it passes the limit
         for i in range(0, len(big), 4096):
@@ -300,9 +301,10 @@ def test_an_oversized_body_is_413_on_every_route_without_being_held():
         guarded,
         [
             (path, {"content": chunks(), "headers": {"content-type": JSON}})
-            for path in (COMPLETIONS, "/tokenize", RESPONSES, "/v1/responses/r/cancel")
+            for path in paths
         ],
     )
+    assert len(answers) == len(RULES)
     for answer in answers:
         assert answer.status_code == 413, answer.text
         error = answer.json()["error"]
