@@ -26,6 +26,13 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def sampling_temperature(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"must be within 0..2 (OpenAI's range), got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--local",
@@ -85,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument("--max-tokens", type=positive_int, default=64)
+    parser.add_argument(
+        "--temperature",
+        type=sampling_temperature,
+        default=0.0,
+        help="every request's sampling temperature (default 0: greedy, the texts comparable "
+        "across targets); DeepSeek-V4 is served at 1, where draft sampling matters",
+    )
     parser.add_argument("--prompt-words", type=positive_int, default=8)
     parser.add_argument("--dataset", choices=["synthetic", "chat"], default="synthetic")
     parser.add_argument(

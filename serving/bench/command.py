@@ -103,6 +103,7 @@ def bench_plan(args: argparse.Namespace) -> BenchPlan:
         max_tokens=args.max_tokens,
         prompts=[],
         chat=args.dataset == "chat",
+        temperature=args.temperature,
         requests_per_stream=args.requests_per_stream,
     )
     most = max(plan.requests_at(c) for c in plan.concurrency)

@@ -54,7 +54,12 @@ def checked_output(output: RequestFuncOutput, max_tokens: int) -> RequestFuncOut
 
 
 async def run_level(
-    target: Target, prompts: list[str], concurrency: int, max_tokens: int, chat: bool
+    target: Target,
+    prompts: list[str],
+    concurrency: int,
+    max_tokens: int,
+    chat: bool,
+    temperature: float = 0.0,
 ) -> tuple[list[RequestFuncOutput], float]:
     """All ``prompts``, at most ``concurrency`` in flight; returns outputs and wall time."""
     send = ASYNC_REQUEST_FUNCS["openai-chat" if chat else "openai"]
@@ -75,7 +80,7 @@ async def run_level(
             model=target.model,
             ignore_eos=True,  # fixed output lengths make levels comparable
             extra_headers=headers,
-            extra_body={"temperature": 0},
+            extra_body={"temperature": temperature},
         )
         async with gate:
             return checked_output(await send(request, session), max_tokens)

@@ -34,6 +34,7 @@ class BenchPlan:
     max_tokens: int
     prompts: list[str]
     chat: bool = False
+    temperature: float = 0.0  # greedy unless asked: texts comparable across targets
     warmup_requests: int = 2
     requests_per_stream: int = 0  # each level sends at least this many per concurrent stream
     # The known greedy text of a prompt (the golden model's), to count wrong outputs.
@@ -53,6 +54,7 @@ class BenchPlan:
             "rounds": self.rounds,
             "max_tokens": self.max_tokens,
             "chat": self.chat,
+            "temperature": self.temperature,
         }
 
 
@@ -184,13 +186,13 @@ class BenchRun:
         log_offset = _log_size(target)
         cache_before = cache_kernels()
         outputs, wall = asyncio.run(
-            run_level(target, prompts, concurrency, plan.max_tokens, plan.chat)
+            run_level(target, prompts, concurrency, plan.max_tokens, plan.chat, plan.temperature)
         )
         cell = self.cells.setdefault((target.name, concurrency), _Cell())
         cell.outputs += outputs
         cell.wall += wall
         cell.rounds += 1
-        if plan.expected:
+        if plan.expected and not plan.temperature:  # a known text is the greedy one
             cell.wrong_text += sum(
                 o.success and o.generated_text != plan.expected(p)
                 for p, o in zip(prompts, outputs, strict=True)

@@ -3,8 +3,9 @@
 # background): the spread golden checkpoint's designed acceptance held against vLLM's
 # counters for greedy and probabilistic drafts (the CPU test, on gpu-golden), then what
 # probabilistic drafting costs: the 12-layer V4-Flash bench engine at k = 2 with each
-# method, one after the other, from the kept cache (the synthetic acceptance is the same
-# for both, so the throughput ratio is the drafting's own cost).
+# method, one after the other, from the kept cache, sampled at temperature 1 as DSV4 is
+# served (at 0 both draft the argmax); the synthetic acceptance is the same for both, so
+# the throughput ratio is the drafting's own cost.
 #   tests/gpu/draft_sampling.sh OUT_DIR CACHE_DIR
 # Environment: LAYERS (bench depth, 12), KV_GIB (12), CONCURRENCY ("1 8 32 64").
 set -u -o pipefail
@@ -16,7 +17,10 @@ stamp() { echo "== $* ($(( $(date +%s) - began )) s in)"; }
 failed=0
 eval "$(python3 -m serving.config.jit_cache exports "$cache")"
 stamp "golden draft sampling on gpu-golden"
-DSV4_GOLDEN_PRESET=gpu-golden DSV4_RECORD_DIR="$out/records" timeout 900 \
+# Each engine child's whole log is kept (DSV4_CHILD_LOG_DIR): a CUDA assert names its
+# kernel only there, with CUDA_LAUNCH_BLOCKING=1 at the call that raised it.
+DSV4_GOLDEN_PRESET=gpu-golden DSV4_RECORD_DIR="$out/records" DSV4_CHILD_LOG_DIR="$out/children" \
+    CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-1} timeout 900 \
     python3 -m pytest -q -p no:cacheprovider tests/serving/golden/test_golden_draft_sampling.py \
     > "$out/golden.log" 2>&1 || failed=1
 tail -3 "$out/golden.log"
@@ -26,7 +30,7 @@ for method in greedy probabilistic; do
     timeout 900 python3 -m serving.cli bench --preset h200-flash-bench \
         --set "model.bench.layers=${LAYERS:-12}" \
         --set "model.source=.cache/models/flash-bench-${LAYERS:-12}" \
-        --set "speculation.draft_sample_method=$method" \
+        --set "speculation.draft_sample_method=$method" --temperature 1 \
         --local vllm-k2 --kv-cache-gib "${KV_GIB:-12}" --concurrency ${CONCURRENCY:-1 8 32 64} \
         --requests 8 --requests-per-stream 2 --rounds 1 --max-tokens 128 --prompt-words 512 \
         --budget-s 420 --logs "$out/$method/logs" --out "$out/$method" || failed=1

@@ -74,7 +74,14 @@ def test_the_gpu_command_parses():
 
 
 @pytest.mark.parametrize(
-    "bad", [["--requests-per-stream", "-1"], ["--budget-s", "-5"], ["--start", "both"]]
+    "bad",
+    [
+        ["--requests-per-stream", "-1"],
+        ["--budget-s", "-5"],
+        ["--start", "both"],
+        ["--temperature", "2.5"],
+        ["--temperature", "-0.1"],
+    ],
 )
 def test_bad_values_are_refused(bad):
     with pytest.raises(SystemExit):
