@@ -10,7 +10,11 @@ from typing import Any
 from serving.records.regions import table_cell
 from serving.records.store import ROOT
 
-SUMMARIES = ("docs/bench-cold-start/h100-warm.json", "docs/bench-cold-start/h100-import.json")
+SUMMARIES = (
+    "docs/bench-cold-start/h100-warm.json",
+    "docs/bench-cold-start/h100-import.json",
+    "docs/bench-cold-start/h100-ledger.json",
+)
 DOC = "docs/benchmarks.md"
 REGION = "cold-start"
 Run = dict[str, Any]
@@ -35,7 +39,8 @@ def _engine(run: Run) -> dict[str, Any] | None:
 def _ready(run: Run) -> str:
     if imported := run.get("imported_engine"):
         pool = imported["stages_s"].get("compile_pool_on_the_imported_cache")
-        return f"{imported['ready_s']:.1f} from the imported cache (the pool re-checking it {pool})"
+        why = f"the pool re-checking it {pool}" if pool else "the pool skipped: its ledger"
+        return f"{imported['ready_s']:.1f} from the imported cache ({why})"
     engine = run["pool_only_start_12_layers"]
     return f"{engine['ready_s']:.1f} on an empty cache, the pool alone (no warm)"
 
