@@ -118,7 +118,7 @@ class StepCost:
     ``cK`` is the drafter's pass for each draft position: where a step is launch-bound (a
     GPU at small batches) that pass costs the same for one request as for sixteen, so a
     per-request price fitted across batch sizes made drafts look nearly free at batch 1
-    (H200, 2026-12-03: 0.1 ms a draft against a 0.4 ms pass)."""
+    (the H200 guard bench in docs/benchmarks.md)."""
 
     COLUMNS = 6  # c0, cP, cB, cV, cD, cK
 

@@ -120,8 +120,8 @@ class GuardSettings(BaseModel):
         captures decode CUDA graphs for each k its table holds, and with no table for
         k_max only (vllm/v1/worker/gpu/cudagraph_utils.py, "capture graphs for all
         possible values"): a step the guard runs at a smaller k then goes without them
-        (the H200 guard bench, 2026-12-03: 46 full graphs against vLLM's table's 101, and
-        the guard at k=0 slower than static k=0). The guard replaces the table's lookup in
+        (the H200 guard bench in docs/benchmarks.md: fewer full graphs than vLLM's table,
+        and the guard at k=0 slower than static k=0). The guard replaces the table's lookup in
         the scheduler (model_overrides/patches/spec_guard.py), so the table only says which
         graphs exist. It gives k_max to all but the k_max largest batch sizes, so a vLLM
         whose scheduler the guard no longer recognises runs static k_max but there.

@@ -155,9 +155,9 @@ class GuardLookup:
             # A step's time starts when it was scheduled or when the step before it
             # finished, whichever is later. Under async scheduling (vLLM on GPUs) a step is
             # scheduled while the one before runs: from its schedule it spanned two steps
-            # and the host's turn-around (H200: ~11 ms fitted, ~3.5 ms a step at batch 1),
-            # which made every draft look cheap. A synchronous scheduler (the CPU)
-            # schedules after the last finish, so its times do not change.
+            # and the host's turn-around, which on a GPU made every draft look cheap. A
+            # synchronous scheduler (the CPU) schedules after the last finish, so its times
+            # do not change.
             began = max(began, self.last_finished)
         self.last_finished = now
         self.guard.observe_drafts(self.drafts, now)

@@ -198,7 +198,7 @@ def analyse(results: dict[str, dict]) -> list[dict]:
 def round_spread(level: dict) -> float | None:
     """One target's fastest round over its slowest in one cell; None with fewer than two
     rounds. The same engine on the same prompts: what a ratio between targets must clear
-    before it says anything (on the H200 the golden model's cells varied 1.37x)."""
+    before it says anything (docs/benchmarks.md: how far the H200's golden cells varied)."""
     rounds = [t for t in level.get("round_tokens_per_s") or [] if t > 0]
     return max(rounds) / min(rounds) if len(rounds) >= 2 else None
 

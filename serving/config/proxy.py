@@ -72,8 +72,8 @@ def environment(proxy: str, prefix: PrefixRouting | None = None) -> dict[str, st
         # RAY_SERVE_PORT_QUARANTINE_S), so no new replica inherits the old one's traffic.
         "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(RELOAD_GRACE_S),
         # Ray's throughput bundle (user code on the replica's own loop, GC frozen after
-        # start-up, ...): measured p90 TTFT at c=8 1.16x vLLM's server with it, 1.42x
-        # without, same throughput (docs/benchmarks.md).
+        # start-up, ...): it brings the app's p90 TTFT closer to vLLM's own server at the
+        # same throughput (docs/benchmarks.md has the ratios).
         "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
     }
 
