@@ -71,6 +71,7 @@ def golden_ok(app, design: GoldenDesign, seed: int = 1) -> None:
 
 LONG_PROMPT = " ".join(["neti"] * 5000)
 HUGE = b"neti " * 4_000_000  # 20 MB: five times the body limit
+USER_HUGE = b'[{"role": "user", "content": "' + HUGE + b'"}]}'
 BAD_INPUTS = {
     # name: (route, raw body or JSON, extra headers, expected status, words the message names)
     "malformed-json": ("/v1/completions", b'{"model": "dsv4-golden", "prompt": ', {}, 400, "json"),
@@ -199,50 +200,31 @@ BAD_INPUTS = {
         "api key",
     ),
     "json-array-body": ("/v1/completions", b"[1, 2, 3]", {}, 400, "json object"),
+    # Every inference route takes the same size cap: a 20 MB body in each one's own shape.
+    **{
+        f"oversized-body-{name}": (route, body, {}, 413, "limit")
+        for name, route, body in (
+            ("responses", "/v1/responses", b'{"model": "dsv4-golden", "input": "' + HUGE + b'"}'),
+            ("tokenize", "/tokenize", b'{"model": "dsv4-golden", "prompt": "' + HUGE + b'"}'),
+            ("chat", "/v1/chat/completions", b'{"model": "dsv4-golden", "messages": ' + USER_HUGE),
+            (
+                "messages",
+                "/v1/messages",
+                b'{"model": "dsv4-golden", "max_tokens": 4, "messages": ' + USER_HUGE,
+            ),
+            (
+                "count-tokens",
+                "/v1/messages/count_tokens",
+                b'{"model": "dsv4-golden", "messages": ' + USER_HUGE,
+            ),
+            (
+                "detokenize",
+                "/detokenize",
+                b'{"model": "dsv4-golden", "tokens": [' + b"1, " * 5_000_000 + b"1]}",
+            ),
+        )
+    },
     # Every inference route takes the same input checks, and numbers count as vLLM reads them.
-    "oversized-body-responses": (
-        "/v1/responses",
-        b'{"model": "dsv4-golden", "input": "' + HUGE + b'"}',
-        {},
-        413,
-        "limit",
-    ),
-    "oversized-body-tokenize": (
-        "/tokenize",
-        b'{"model": "dsv4-golden", "prompt": "' + HUGE + b'"}',
-        {},
-        413,
-        "limit",
-    ),
-    "oversized-body-chat": (
-        "/v1/chat/completions",
-        b'{"model": "dsv4-golden", "messages": [{"role": "user", "content": "' + HUGE + b'"}]}',
-        {},
-        413,
-        "limit",
-    ),
-    "oversized-body-messages": (
-        "/v1/messages",
-        b'{"model": "dsv4-golden", "max_tokens": 4, "messages": '
-        b'[{"role": "user", "content": "' + HUGE + b'"}]}',
-        {},
-        413,
-        "limit",
-    ),
-    "oversized-body-count-tokens": (
-        "/v1/messages/count_tokens",
-        b'{"model": "dsv4-golden", "messages": [{"role": "user", "content": "' + HUGE + b'"}]}',
-        {},
-        413,
-        "limit",
-    ),
-    "oversized-body-detokenize": (
-        "/detokenize",
-        b'{"model": "dsv4-golden", "tokens": [' + b"1, " * 5_000_000 + b"1]}",
-        {},
-        413,
-        "limit",
-    ),
     "deeply-nested-json": (
         "/v1/chat/completions",
         b'{"model": "dsv4-golden", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",

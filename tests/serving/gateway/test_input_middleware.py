@@ -299,10 +299,7 @@ def test_an_oversized_body_is_413_on_every_route_without_being_held():
 
     answers = _post_all(
         guarded,
-        [
-            (path, {"content": chunks(), "headers": {"content-type": JSON}})
-            for path in paths
-        ],
+        [(path, {"content": chunks(), "headers": {"content-type": JSON}}) for path in paths],
     )
     assert len(answers) == len(RULES)
     for answer in answers:
