@@ -260,12 +260,13 @@ def _local_kind(preset) -> str:
     return f"vllm-k{preset.speculation.num_speculative_tokens}"
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_parser):
+@pytest.mark.parametrize("preset", [*PRESETS, "gpu-golden", "h200-flash-bench"])
+def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_parser, monkeypatch):
     """The Serve app (Ray Serve LLM's split of the engine kwargs), the preset check, the
-    local launcher and every bench arm at the preset's k, and forward_compare all go
-    through serving/config/vllm_args.py and Speculation.vllm_config: parsed by vLLM's own
-    parser they must agree on every argument but where the model is and the port."""
+    local launcher and every bench arm at the preset's k, forward_compare and, for the
+    golden presets, the golden engine the tests start all go through
+    serving/config/vllm_args.py and Speculation.vllm_config: parsed by vLLM's own parser
+    they must agree on every argument but where the model is and the port."""
     from ray.serve.llm import LLMConfig
 
     from serving.bench import forward_compare as fc
@@ -284,9 +285,17 @@ def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_pa
     }
     if resolved.model.bench:  # vLLM's `bench forward` takes the same engine arguments
         setup = fc.bench_setup(resolved.model.source, resolved.model.bench.layers, preset, (), 0)
-        cmd = fc.forward_runs(setup, "/tmp/fwd", ks=[k], concurrency=[1], routings=["real"])[0].cmd
+        cmd = fc.forward_runs(setup, "/tmp/fwd", ks=[k], concurrency=[1], routings=["real"])[
+            0
+        ].command
         engine = cmd[1 + len(fc.VLLM_BENCH_FORWARD) : cmd.index("--case")]
         argvs["forward_compare"] = engine
+    if resolved.model.golden:  # the golden engine reads its preset from the environment
+        from serving.golden.golden_engine import PRESET_ENV, golden_engine_kwargs, mtp_config
+
+        monkeypatch.setenv(PRESET_ENV, preset)
+        golden = golden_engine_kwargs("/models/m", speculative_config=mtp_config(k))
+        argvs["golden engine"] = ["--model", "/models/m", *vllm_argv(golden)]
     ignore = {"model", "served_model_name", "host", "port"}
     parsed = {name: vars(vllm_parser.parse_args(argv)) for name, argv in argvs.items()}
     first = parsed.pop("serve app")
