@@ -67,12 +67,6 @@ class JobSet:
     # constructor arguments or a key does not pickle): vLLM's warm-up compiles them itself.
     left_to_vllm: list[str] = field(default_factory=list)
 
-    def fingerprint(self) -> str:
-        digest = hashlib.sha256()
-        for job in self.jobs:
-            digest.update(job.fingerprint().encode())
-        return digest.hexdigest()[:16]
-
 
 def owner_name(obj: Any) -> str:
     cls = type(obj)

@@ -52,12 +52,9 @@ def lock_dir(environ: Any = os.environ) -> Path:
     return Path.home() / ".cache" / "vllm"
 
 
-def node_stamp() -> str:
-    """The pool ledger's stamp: this node's tool versions and GPU architecture."""
-    return cache_manifest.cache_key(cache_manifest.node_versions(), cache_manifest.node_gpu(), {})
-
-
-def log_cache_fit(environ: Any = os.environ) -> str | None:
+def log_cache_fit(
+    versions: cache_manifest.Versions, gpu: cache_manifest.Gpu, environ: Any = os.environ
+) -> str | None:
     """One line: does the warmed cache (its manifest) fit this node. None without a root."""
     root = environ.get(cache_manifest.ROOT_ENV)
     if not root:
@@ -67,7 +64,6 @@ def log_cache_fit(environ: Any = os.environ) -> str | None:
     except cache_manifest.ManifestError as exc:
         line = f"[dsv4-jit] {exc}"
     else:
-        versions, gpu = cache_manifest.node_versions(), cache_manifest.node_gpu()
         line = "[dsv4-jit] " + cache_manifest.fit_line(found, versions, gpu, root)
         if found is not None and not cache_manifest.differences(found, versions, gpu):
             logger.info(line)
@@ -78,12 +74,15 @@ def log_cache_fit(environ: Any = os.environ) -> str | None:
 
 def precompile(runner: Any, workers: int) -> None:
     """Describe the runner's keys and DeepGEMM's shapes as jobs and run them on the pool."""
-    log_cache_fit()
+    versions, gpu = cache_manifest.node_versions(), cache_manifest.node_gpu()
+    log_cache_fit(versions, gpu)
     job_set = JobSet()
     registry_jobs(runner.jit_warmup_registry, runner.vllm_config, job_set)
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
     deep_gemm_jobs(model, runner.scheduler_config.max_num_batched_tokens, job_set)
-    report = run_pool(job_set, workers, lock_dir(), stamp=node_stamp())
+    # The ledger's stamp: this node's tool versions and GPU architecture, no shapes.
+    stamp = cache_manifest.cache_key(versions, gpu, {})
+    report = run_pool(job_set, workers, lock_dir(), stamp=stamp)
     log = logger.warning if report.failed or report.not_run else logger.info
     log(report.line())
     for failure in report.failed[:3]:

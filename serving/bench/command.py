@@ -311,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
                 if setup:
                     if args.workloads:  # the guard target logs its decisions here
                         os.environ[LOG_ENV] = str(guard_bench.log_path(logs))
-                    _start_local(args, setup, logs, meta, targets, stack, deadline)
+                    _start_local(args, setup, logs, meta, targets, stack, deadline, patch_names)
                     report.write({**bench.result(), **meta}, out, plots_too=False)
                 bench.on_round = lambda result: report.write(
                     {**result, **meta}, out, plots_too=False
@@ -358,6 +358,7 @@ def _start_local(
     targets: list[Target],
     stack: ExitStack,
     deadline: float | None,
+    patch_names: list[str],
 ) -> None:
     """Start the local targets (after their cold starts, if asked); each one up joins
     ``targets`` and is stopped when ``stack`` closes. Within a budget, a start may take
@@ -386,9 +387,7 @@ def _start_local(
         meta["start_stages_seconds"].setdefault(server.spec.kind, server.stages or {})
         meta["patches"].setdefault(
             server.spec.kind,
-            patch_record.complete(
-                server.patches or {}, patch_record.registered_patches(), "not in its log"
-            ),
+            patch_record.complete(server.patches or {}, patch_names, "not in its log"),
         )
 
 
