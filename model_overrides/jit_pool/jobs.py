@@ -10,6 +10,13 @@ compile (vLLM 0.34 source, ``vllm/model_executor/warmup/``):
   (``deep_gemm_warmup._deep_gemm_linear_data`` and ``_get_fp8_gemm_nt_m_values`` pick them,
   as DeepGEMM's own warm-up does); a worker allocates tensors of that layout and calls
   ``vllm.utils.deep_gemm.fp8_gemm_nt`` once per M, which JIT-compiles each config.
+- ``hc_prenorm_gemm``: one kernel of DeepGEMM's mHC pre-norm GEMM (``tf32_hc_prenorm_gemm``).
+  DeepGEMM specializes it on N, K and the split-K count alone
+  (``csrc/jit_kernels/impls/sm90_tf32_hc_prenorm_gemm.hpp``); vLLM picks the count from the
+  batch's token count and the GPU's SM count (``kernels/mhc/tilelang.py``,
+  ``compute_num_split``), so prefill chunks past the CUDA-graph sizes reach counts that no
+  warm-up compiles: each was a 2-3 s stall in traffic. The jobs are every count a batch of
+  up to ``max_num_batched_tokens`` tokens can take, for each mix shape the model holds.
 """
 
 from __future__ import annotations
@@ -19,9 +26,15 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-JobKind = Literal["jit_key", "fp8_gemm_nt"]
+JobKind = Literal["jit_key", "fp8_gemm_nt", "hc_prenorm_gemm"]
 # DeepGEMM M values per job: a weight shape has ~100-400 of them at 2-5 s each.
 GEMM_M_PER_JOB = 8
+# DeepGEMM's mHC GEMM: its M block (the token tile vLLM's split count is computed over)
+# and its bounds on N (``n <= 32 and n % 8 == 0``) and K (``k % 64 == 0``).
+HC_BLOCK = 64
+# The model's mHC mix weights (``models/deepseek_v4/nvidia/model.py``): the attention and
+# FFN mixes over hc_mult copies of the hidden state, and the first layer's broadcast mix.
+HC_MIX_ATTRS = ("hc_attn_fn", "hc_ffn_fn", "hc_attn_fn_broadcast")
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,18 @@ class GemmCase:
     scale_dtype: str
     block_m: int
     m_values: tuple[int, ...]
+    device_index: int
+
+
+@dataclass(frozen=True)
+class HcPrenormCase:
+    """One mHC pre-norm GEMM kernel: the mix's N and K, the split count and a token count
+    that takes it."""
+
+    n: int
+    k: int
+    num_splits: int
+    tokens: int
     device_index: int
 
 
@@ -149,6 +174,50 @@ def deep_gemm_jobs(model: Any, max_tokens: int, out: JobSet) -> None:
             out.jobs.append(CompileJob("fp8_gemm_nt", f"{n}x{k}", pickle.dumps(case), label))
 
 
+def _vllm_hc_splits(k: int, tokens: int) -> set[int]:
+    """The split counts vLLM 0.34's mHC call sites choose (``kernels/mhc/tilelang.py``:
+    ``compute_num_split`` directly, and ``warmup.compute_mhc_pre_num_splits``' buckets)."""
+    from vllm.model_executor.kernels.mhc.tilelang_kernels import compute_num_split
+    from vllm.model_executor.kernels.mhc.warmup import compute_mhc_pre_num_splits
+    from vllm.utils.math_utils import cdiv
+
+    return {
+        compute_num_split(HC_BLOCK, k, cdiv(tokens, HC_BLOCK)),
+        compute_mhc_pre_num_splits(k, tokens),
+    }
+
+
+def hc_prenorm_jobs(model: Any, max_tokens: int, out: JobSet, split_for: Any = None) -> None:
+    """One job per (mix shape, split count) the model's mHC GEMMs can reach.
+    ``split_for(k, tokens)``: the split counts vLLM may choose (default: its own code)."""
+    import torch
+
+    if split_for is None:
+        from vllm.utils.deep_gemm import is_deep_gemm_supported
+
+        if not is_deep_gemm_supported():  # vLLM runs TileLang's unsplit GEMM instead
+            return
+    chooser = split_for or _vllm_hc_splits
+    shapes: dict[tuple[int, int], int] = {}
+    for module in model.modules():
+        for attr in HC_MIX_ATTRS:
+            fn = getattr(module, attr, None)
+            if not isinstance(fn, torch.Tensor) or fn.dim() != 2 or fn.dtype != torch.float32:
+                continue
+            n, k = fn.shape
+            if n <= 32 and n % 8 == 0 and k % HC_BLOCK == 0:
+                shapes.setdefault((n, k), fn.device.index or 0)
+    for (n, k), device in sorted(shapes.items()):
+        cases: dict[int, int] = {}
+        for tokens in range(1, max_tokens + 1, HC_BLOCK):
+            for splits in chooser(k, tokens):
+                cases.setdefault(splits, tokens)
+        for splits, tokens in sorted(cases.items()):
+            case = HcPrenormCase(n, k, splits, tokens, device)
+            label = f"tf32_hc_prenorm_gemm n={n} k={k} splits={splits}"
+            out.jobs.append(CompileJob("hc_prenorm_gemm", f"{n}x{k}", pickle.dumps(case), label))
+
+
 def run_job(job: CompileJob) -> None:
     """Compile one job in this process (a worker's side)."""
     if job.kind == "jit_key":
@@ -161,6 +230,8 @@ def run_job(job: CompileJob) -> None:
         cls().compile(pickle.loads(job.payload))
     elif job.kind == "fp8_gemm_nt":
         _run_gemm(pickle.loads(job.payload))
+    elif job.kind == "hc_prenorm_gemm":
+        _run_hc_prenorm(pickle.loads(job.payload))
     else:
         raise ValueError(f"unknown compile job kind {job.kind!r}")
 
@@ -187,4 +258,19 @@ def _run_gemm(case: GemmCase) -> None:
     out = torch.empty((max_m, case.n), device=device, dtype=torch.bfloat16)
     for m in case.m_values:
         fp8_gemm_nt((act[:m], act_scale[:m]), (weight, scale), out[:m])
+    torch.cuda.synchronize(device)
+
+
+def _run_hc_prenorm(case: HcPrenormCase) -> None:
+    import torch
+    from vllm.utils.deep_gemm import tf32_hc_prenorm_gemm
+
+    torch.cuda.set_device(case.device_index)
+    device = torch.device("cuda", case.device_index)
+    m = case.tokens
+    x = torch.zeros((m, case.k), dtype=torch.bfloat16, device=device)
+    fn = torch.zeros((case.n, case.k), dtype=torch.float32, device=device)
+    out = torch.empty((case.num_splits, m, case.n), dtype=torch.float32, device=device)
+    sqrsum = torch.empty((case.num_splits, m), dtype=torch.float32, device=device)
+    tf32_hc_prenorm_gemm(x, fn, out, sqrsum, case.num_splits)
     torch.cuda.synchronize(device)

@@ -36,8 +36,9 @@ JOBS_ENV = "DSV4_JIT_JOBS"  # worker processes; 0 or 1 turns the pool off
 DEFAULT_MAX_JOBS = 16
 LOCK_NAME = ".dsv4-jit-pool.lock"
 LEDGER_NAME = "dsv4-jit-pool-compiled.txt"
-# The slow kind first: a TileLang key takes 13-100 s, a run of DeepGEMM M values ~10-40 s.
-KIND_ORDER = {"jit_key": 0, "fp8_gemm_nt": 1}
+# The slow kind first: a TileLang key takes 13-100 s, a run of DeepGEMM M values ~10-40 s,
+# an mHC GEMM kernel 2-3 s.
+KIND_ORDER = {"jit_key": 0, "fp8_gemm_nt": 1, "hc_prenorm_gemm": 2}
 
 
 def default_jobs(environ: Mapping[str, str] = os.environ) -> int:

@@ -7,8 +7,10 @@ configs one after another (``model_executor/warmup/jit_warmup.py``,
 16-core node. After ``GPUModelRunner.load_model`` (``v1/worker/gpu/model_runner.py``: the
 model's registrations are in ``jit_warmup_registry`` and DeepGEMM's weights are laid out
 for it) this patch hands the same keys to ``model_overrides.jit_pool`` worker processes,
-which compile them into the tools' disk caches; vLLM's own warm-up then loads them. Keys
-registered later (attention metadata builders, the KV cache) stay with vLLM's warm-up.
+which compile them into the tools' disk caches; vLLM's own warm-up then loads them. The
+pool also compiles every split count of DeepGEMM's mHC GEMM the engine's batches can reach
+(``jit_pool.jobs``), which vLLM's warm-up does not cover. Keys registered later (attention
+metadata builders, the KV cache) stay with vLLM's warm-up.
 Jobs the cache's ledger holds for this node's versions and GPU (an earlier start, or the
 warm whose archive was imported) are not handed out again (``jit_pool.pool``).
 
@@ -27,7 +29,7 @@ from typing import Any
 
 from model_overrides.jit_pool import default_jobs, run_pool
 from model_overrides.jit_pool import manifest as cache_manifest
-from model_overrides.jit_pool.jobs import JobSet, deep_gemm_jobs, registry_jobs
+from model_overrides.jit_pool.jobs import JobSet, deep_gemm_jobs, hc_prenorm_jobs, registry_jobs
 from model_overrides.jit_pool.pool import JOBS_ENV
 from model_overrides.patches.module_attr import import_optional
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
@@ -79,7 +81,9 @@ def precompile(runner: Any, workers: int) -> None:
     job_set = JobSet()
     registry_jobs(runner.jit_warmup_registry, runner.vllm_config, job_set)
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
-    deep_gemm_jobs(model, runner.scheduler_config.max_num_batched_tokens, job_set)
+    max_tokens = runner.scheduler_config.max_num_batched_tokens
+    deep_gemm_jobs(model, max_tokens, job_set)
+    hc_prenorm_jobs(model, max_tokens, job_set)
     # The ledger's stamp: this node's tool versions and GPU architecture, no shapes.
     stamp = cache_manifest.cache_key(versions, gpu, {})
     report = run_pool(job_set, workers, lock_dir(), stamp=stamp)

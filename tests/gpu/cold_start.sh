@@ -4,11 +4,13 @@
 # model, every core), then the 12-layer bench engines started from that cache (k = 2, then
 # k = 0, one at a time: two do not fit an 80 GB card) with two rounds at c = 8 and 64, then
 # the cache exported, imported into an empty directory and a k = 2 engine started from it,
-# again with two rounds (the first traffic of a new node that took the archive).
+# again with two rounds (the first traffic of a new node that took the archive), then a
+# k = 0 engine from the same imported cache.
 #   tests/gpu/cold_start.sh OUT_DIR CACHE_DIR
 # Environment: JOBS (compile processes, default every core), LAYERS (bench depth, 12),
 # KV_GIB (each bench engine's KV cache, 12), KINDS (the bench targets from the warmed cache,
-# vllm-k2 vllm-k0; empty: only the imported one).
+# vllm-k2 vllm-k0; empty: only the imported ones), IMPORTED (the targets from the imported
+# cache, vllm-k2 vllm-k0).
 set -u -o pipefail
 out=${1:?usage: cold_start.sh OUT_DIR CACHE_DIR}
 cache=${2:?usage: cold_start.sh OUT_DIR CACHE_DIR}
@@ -57,7 +59,9 @@ if [ -n "$archive" ]; then
     stamp "import $archive"
     python3 -m serving.cli warm --import "$archive" --cache "$out/../jit-imported" | tee "$out/import.log" || failed=1
     (cd "$out/../jit-imported" && find . -type f | sort) > "$out/files-before-traffic.txt"
-    bench imported-k2 "$out/../jit-imported" vllm-k2 2 8 64
+    for kind in ${IMPORTED-vllm-k2 vllm-k0}; do
+        bench "imported-${kind#vllm-}" "$out/../jit-imported" "$kind" 2 8 64
+    done
     kernels "$out/../jit-imported" after-imported
     # What the first traffic compiled that the warm did not: the shapes the warm misses.
     (cd "$out/../jit-imported" && find . -type f | sort) |

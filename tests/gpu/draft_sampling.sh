@@ -20,7 +20,7 @@ stamp "golden draft sampling on gpu-golden"
 # Each engine child's whole log is kept (DSV4_CHILD_LOG_DIR): a CUDA assert names its
 # kernel only there, with CUDA_LAUNCH_BLOCKING=1 at the call that raised it.
 DSV4_GOLDEN_PRESET=gpu-golden DSV4_RECORD_DIR="$out/records" DSV4_CHILD_LOG_DIR="$out/children" \
-    CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-1} timeout 900 \
+    CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-1} timeout 480 \
     python3 -m pytest -q -p no:cacheprovider tests/serving/golden/test_golden_draft_sampling.py \
     > "$out/golden.log" 2>&1 || failed=1
 tail -3 "$out/golden.log"
