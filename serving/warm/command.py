@@ -4,8 +4,9 @@
     dsv4-serve warm --import FILE [--cache DIR] [--force]
     dsv4-serve warm --check [--cache DIR]
 
-A warm starts the preset's warm engine (serving/warm/plan.py) with every JIT cache under
-DIR and the compile pool on N processes (model_overrides/jit_pool), sends it the sweep
+A warm answers vLLM's model-class inspection ahead (serving/warm/model_info.py), starts the
+preset's warm engine (serving/warm/plan.py) with every JIT cache under DIR and the compile
+pool on N processes (model_overrides/jit_pool), sends it the sweep
 (serving/warm/sweep.py) twice, stops it and writes the cache's manifest. One line per
 stage on the console.
 """
@@ -23,6 +24,7 @@ from model_overrides.jit_pool import manifest as cache_manifest
 from model_overrides.jit_pool.pool import JOBS_ENV, default_jobs
 from serving.config.jit_cache import DEFAULT_ROOT, cache_env
 from serving.warm.archive import ArchiveError, export, import_archive
+from serving.warm.model_info import answer_ahead
 from serving.warm.plan import WARM_LAYERS, WarmPlanError, cache_shapes, model_shape, warm_sets
 
 PRECOMPILE_LINE = re.compile(r"\[dsv4-jit\] (pre-compile.*)$")
@@ -138,6 +140,7 @@ def _warm(args: argparse.Namespace, root: Path) -> int:
         f"{model_dir}, target {kind}, cache {root}, {jobs} compile processes",
     )
     ensure_bench_model(model_dir, shape, WARM_LAYERS, experts)
+    _say(began, answer_ahead(str(model_dir), os.environ))
     before, _ = cache_manifest.count_kernels(root)
     spec = local_specs([kind], setup)[0]
     servers, errors = start_all([spec], logs, lambda line: None, timeout_s=args.timeout)
