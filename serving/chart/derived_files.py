@@ -89,6 +89,7 @@ def docs_table_sources() -> tuple:
         disaggregation_table,
         draft_sampling_table,
         forward_table,
+        mtp_concurrency_table,
         reliability_table,
     )
 
@@ -96,6 +97,7 @@ def docs_table_sources() -> tuple:
         reliability_table,
         disaggregation_table,
         forward_table,
+        mtp_concurrency_table,
         draft_sampling_table,
         cold_start_table,
         route_doc,
