@@ -89,15 +89,23 @@ def docs_table_sources() -> tuple:
         disaggregation_table,
         draft_sampling_table,
         forward_table,
+        kernel_libraries_table,
         mtp_concurrency_table,
+        mtp_speedup_table,
+        pd_table,
         reliability_table,
+        serving_overhead_table,
     )
 
     return (
+        mtp_speedup_table,
+        serving_overhead_table,
         reliability_table,
         disaggregation_table,
         forward_table,
         mtp_concurrency_table,
+        pd_table,
+        kernel_libraries_table,
         draft_sampling_table,
         cold_start_table,
         route_doc,
