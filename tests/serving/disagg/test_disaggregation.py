@@ -88,7 +88,6 @@ def test_both_roles_get_a_connector_vllm_knows_and_mtp_where_asked(connector: st
         "h200-flash-mtp",
         f"disaggregation.connector={connector}",
         f"disaggregation.mtp_on={mtp_on}",
-        "disaggregation.prefill.replicas=3",
     )
     configs = pd_llm_configs(preset, "/models/flash")
     prefill, decode = configs["prefill_config"], configs["decode_config"]
@@ -103,19 +102,27 @@ def test_both_roles_get_a_connector_vllm_knows_and_mtp_where_asked(connector: st
         assert kv.get_from_extra_config("enforce_handshake_compat", True) is not relaxed
     assert decode["engine_kwargs"]["speculative_config"]["method"] == "mtp"
     assert ("speculative_config" in prefill["engine_kwargs"]) is (mtp_on == "both")
-    assert prefill["deployment_config"]["num_replicas"] == 3
-    assert decode["deployment_config"]["num_replicas"] == 1
 
 
-def test_a_role_on_a_shared_gpu_asks_ray_and_vllm_for_its_share():
-    preset = pd_preset(
-        "gpu-golden",
+def test_two_roles_on_one_gpu_fit_it_as_ray_builds_them():
+    """Each role's replica, as Ray's builder makes it, asks for its share of the card in its
+    placement group and tells vLLM the same share; the two fit one GPU."""
+    sets = [
+        *PD_SETS,
+        "disaggregation.connector=mooncake",
         "disaggregation.prefill.gpu_share=0.45",
         "disaggregation.decode.gpu_share=0.45",
-    )
-    for config in pd_llm_configs(preset, "/models/golden").values():
-        assert config["placement_group_config"]["bundles"] == [{"GPU": 0.45, "CPU": 1}]
-        assert config["runtime_env"]["env_vars"]["VLLM_RAY_PER_WORKER_GPUS"] == "0.45"
+    ]
+    built = build_app(build({"preset": "gpu-golden", "set": sets}), name="dsv4")
+    roles = [d for d in built.deployments if d.func_or_class.__name__ != "Dsv4Ingress"]
+    gpus = []
+    for role in roles:
+        replica = role._replica_config
+        (bundle,) = replica.placement_group_bundles
+        env = replica.ray_actor_options["runtime_env"]["env_vars"]
+        assert float(env["VLLM_RAY_PER_WORKER_GPUS"]) == bundle["GPU"], role.name
+        gpus.append(bundle["GPU"])
+    assert len(roles) == 2 and sum(gpus) <= 1.0
 
 
 def test_the_cpu_backend_stages_kv_in_host_memory():
