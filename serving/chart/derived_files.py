@@ -89,11 +89,13 @@ def docs_table_sources() -> tuple:
         disaggregation_table,
         draft_sampling_table,
         forward_table,
+        guard_table,
         kernel_libraries_table,
         mtp_concurrency_table,
         mtp_speedup_table,
         pd_table,
         reliability_table,
+        routing_table,
         serving_overhead_table,
     )
 
@@ -108,6 +110,8 @@ def docs_table_sources() -> tuple:
         kernel_libraries_table,
         draft_sampling_table,
         cold_start_table,
+        guard_table,
+        routing_table,
         route_doc,
     )
 
