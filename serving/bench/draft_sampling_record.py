@@ -9,11 +9,12 @@ Each figure comes from the two arms' bench.json; a missing arm or cell is an err
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from serving.records.summary_cli import summary_main
 
 METHODS = ("greedy", "probabilistic")
 
@@ -74,27 +75,14 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serving.bench.draft_sampling_record")
-    parser.add_argument("out", type=Path, help="draft_sampling.sh's output folder")
-    parser.add_argument("--commit", required=True)
-    parser.add_argument("--date", required=True)
-    parser.add_argument(
-        "--what",
-        default="the 12-layer V4-Flash bench engine at k = 2 with greedy, then probabilistic "
-        "drafts, the same synthetic acceptance, one round each",
+    return summary_main(
+        "serving.bench.draft_sampling_record",
+        argv,
+        build,
+        "the 12-layer V4-Flash bench engine at k = 2 with greedy, then probabilistic drafts, "
+        "the same synthetic acceptance, one round each",
+        "OUT=... tests/gpu/on-h200.sh draft-sampling, then draft-sampling-wait",
     )
-    parser.add_argument(
-        "--command",
-        default="OUT=... tests/gpu/on-h200.sh draft-sampling, then draft-sampling-wait",
-    )
-    args = parser.parse_args(argv)
-    try:
-        record = build(args.out, args.commit, args.date, args.what, args.command)
-    except (RecordError, OSError, KeyError, ValueError) as exc:
-        print(f"draft_sampling_record: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(record, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

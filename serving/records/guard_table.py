@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import bench_machine, table_cell
 from serving.records.store import ROOT
 
 # (the machine as the table names it, the run's guard report). The reports' `bench.json`
@@ -58,11 +58,7 @@ def _row(machine: str, path: str, report: Report, i: int, cell: dict[str, Any]) 
 
 
 def _source(path: str, report: Report) -> str:
-    machine = report.get("client_machine")
-    if not machine:
-        raise ValueError(f"{path}: no client_machine")
-    where = (machine.get("gpu") or {}).get("name") or machine["cpu_model"]
-    return f"`{path}` ({where}, vLLM {machine['software']['vllm']})"
+    return f"`{path}` ({bench_machine(path, report)})"
 
 
 def table(summaries: list[Report] | None = None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import bench_machine, table_cell
 from serving.records.store import ROOT
 
 # (the machine as the table names it, the run's report). The CPU run predates the report's
@@ -65,11 +65,9 @@ def _rows(machine: str, path: str, report: Report) -> list[str]:
 
 
 def _source(label: str, path: str, report: Report) -> str:
-    machine = report.get("client_machine")
-    if not machine:
+    if not report.get("client_machine"):
         return f"`{path}` ({label}, machine not recorded)"
-    where = (machine.get("gpu") or {}).get("name") or machine["cpu_model"]
-    return f"`{path}` ({where}, vLLM {machine['software']['vllm']})"
+    return f"`{path}` ({bench_machine(path, report)})"
 
 
 def table(summaries: list[Report] | None = None) -> str:

@@ -20,3 +20,13 @@ def with_region(text: str, name: str, body: str) -> str:
     head, rest = text.split(begin)
     _, tail = rest.split(end)
     return f"{head}{begin}\n{body.rstrip()}\n{end}{tail}"
+
+
+def bench_machine(path: str, report: dict) -> str:
+    """What a bench report ran on, from its ``client_machine``: the GPU's name, else the
+    CPU model, and vLLM's version."""
+    machine = report.get("client_machine")
+    if not machine:
+        raise ValueError(f"{path}: no client_machine")
+    where = (machine.get("gpu") or {}).get("name") or machine["cpu_model"]
+    return f"{where}, vLLM {machine['software']['vllm']}"

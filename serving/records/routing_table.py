@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import bench_machine, table_cell
 from serving.records.store import ROOT
 
 # (the machine as the table names it, the run's summary). docs/bench-routing/routing.json,
@@ -75,14 +75,10 @@ def _row(machine: str, path: str, summary: Summary, arm: str, label: str) -> str
 
 
 def _source(path: str, summary: Summary) -> str:
-    machine, rounds = summary.get("client_machine"), summary.get("rounds")
-    if not machine or rounds is None:
-        raise ValueError(f"{path}: no {'client_machine' if not machine else 'rounds'}")
-    where = (machine.get("gpu") or {}).get("name") or machine["cpu_model"]
-    return (
-        f"`{path}` ({where}, vLLM {machine['software']['vllm']}, "
-        f"{rounds} round{'' if rounds == 1 else 's'} an arm)"
-    )
+    machine, rounds = bench_machine(path, summary), summary.get("rounds")
+    if rounds is None:
+        raise ValueError(f"{path}: no rounds")
+    return f"`{path}` ({machine}, {rounds} round{'' if rounds == 1 else 's'} an arm)"
 
 
 def table(summaries: list[Summary] | None = None) -> str:

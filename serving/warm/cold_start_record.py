@@ -10,13 +10,14 @@ counts and the files traffic added. A line the run did not write is an error nam
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from serving.records.summary_cli import summary_main
 
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 WARM_TOTAL = re.compile(rf"\[warm\s+{NUMBER}s\] exported ")
@@ -182,22 +183,13 @@ def _versions(out: Path) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serving.warm.cold_start_record")
-    parser.add_argument("out", type=Path, help="cold_start.sh's output folder")
-    parser.add_argument("--commit", required=True, help="the commit the run used")
-    parser.add_argument("--date", required=True, help="the day it ran, YYYY-MM-DD")
-    parser.add_argument("--what", default="dsv4-serve warm, export, import, engines from it")
-    parser.add_argument(
-        "--command", default="OUT=... KINDS= tests/gpu/on-h200.sh cold-start, then cold-start-wait"
+    return summary_main(
+        "serving.warm.cold_start_record",
+        argv,
+        build,
+        "dsv4-serve warm, export, import, engines from it",
+        "OUT=... KINDS= tests/gpu/on-h200.sh cold-start, then cold-start-wait",
     )
-    args = parser.parse_args(argv)
-    try:
-        record = build(args.out, args.commit, args.date, args.what, args.command)
-    except (RecordError, OSError, KeyError, ValueError) as exc:
-        print(f"cold_start_record: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(record, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -8,15 +8,11 @@ import pytest
 
 from serving.records import guard_table as guard
 from serving.records.store import ROOT
+from tests.support.table_rows import row_starting
 
 
 def _reports() -> list[dict]:
     return [json.loads((ROOT / path).read_text()) for _, path in guard.SUMMARIES]
-
-
-def _line(text: str, start: str) -> str:
-    (line,) = [x for x in text.splitlines() if x.startswith(start)]
-    return line
 
 
 def _cell(report: dict, workload: str, c: int) -> dict:
@@ -30,13 +26,13 @@ def test_the_cells_are_the_reports_cells():
     got = _cell(cpu, "zero", 8)
     tps = got["tokens_per_s"]
     figures = " | ".join(f"{tps[t]:.0f}" for t in (*guard.TARGETS, guard.IDLE))
-    assert _line(text, "| CPU | zero | 8 |") == (
+    assert row_starting(text, "| CPU | zero | 8 |") == (
         f"| CPU | zero | 8 | {figures} | {got['guard_vs_best_static']:.3f} "
         f"({got['best_static'].removeprefix('vllm-')}) | {got['guard_vs_batch_table']:.3f} |"
     )
     # The H200 run had no idle drafter: a dash, and its trimming guard is not a column.
     got = _cell(gpu, "high", 64)
-    line = _line(text, "| H200 | high | 64 |")
+    line = row_starting(text, "| H200 | high | 64 |")
     assert f"| {got['tokens_per_s']['vllm-guard']:.0f} | - |" in line
     assert f"{got['tokens_per_s']['vllm-guard-trim']:.0f}" not in line
     assert len([x for x in text.splitlines() if x.startswith("| CPU |")]) == len(cpu["cells"])
@@ -51,7 +47,7 @@ def test_a_changed_figure_shows():
     got["tokens_per_s"]["vllm-batch"] = 1234.4
     got["guard_vs_batch_table"] = 0.5
     got["best_static"] = "vllm-k1"
-    line = _line(guard.table(reports), "| H200 | high | 8 |")
+    line = row_starting(guard.table(reports), "| H200 | high | 8 |")
     assert "| 1234 |" in line and "(k1)" in line and line.endswith("| 0.500 |")
 
 

@@ -8,15 +8,11 @@ import pytest
 
 from serving.records import kernel_libraries_table as kl
 from serving.records.store import ROOT
+from tests.support.table_rows import row_starting
 
 
 def _report() -> dict:
     return json.loads((ROOT / kl.SUMMARY).read_text())
-
-
-def _line(text: str, start: str) -> str:
-    (line,) = [x for x in text.splitlines() if x.startswith(start)]
-    return line
 
 
 def _entry(report: dict, target: str, c: int) -> dict:
@@ -32,12 +28,12 @@ def test_the_cells_are_the_report_s_levels_and_ratios():
     report = _report()
     text = kl.table(report)
     k0, k2 = _entry(report, "vllm-k0@avx2", 8), _entry(report, "vllm-k2@avx2", 8)
-    assert _line(text, "| `_C_AVX2` (fallbacks) | 8 |") == (
+    assert row_starting(text, "| `_C_AVX2` (fallbacks) | 8 |") == (
         f"| `_C_AVX2` (fallbacks) | 8 | {k0['tokens_per_s']:.1f} | {k2['tokens_per_s']:.1f} "
         f"| {k0['throughput_ratio']:.2f} | {k2['throughput_ratio']:.2f} |"
     )
     # The native row is the level each fallback's ratio was taken against.
-    native = _line(text, "| `_C` (native) | 8 |")
+    native = row_starting(text, "| `_C` (native) | 8 |")
     assert native.startswith(f"| `_C` (native) | 8 | {k0['baseline_tokens_per_s']:.1f} |")
     assert kl.SUMMARY in text and "machine not recorded" in text
 
@@ -46,7 +42,7 @@ def test_a_changed_figure_shows():
     report = _report()
     _entry(report, "vllm-k2@avx512", 1)["throughput_ratio"] = 0.555
     _entry(report, "vllm-k0@avx512", 1)["tokens_per_s"] = 1234.56
-    line = _line(kl.table(report), "| `_C_AVX512` (fallbacks) | 1 |")
+    line = row_starting(kl.table(report), "| `_C_AVX512` (fallbacks) | 1 |")
     assert "| 1234.6 |" in line and line.endswith("| 0.56 |")
 
 

@@ -7,15 +7,11 @@ import pytest
 
 from serving.records import mtp_concurrency_table as mtp
 from serving.records.store import ROOT
+from tests.support.table_rows import row_starting
 
 
 def _summary() -> dict:
     return json.loads((ROOT / mtp.SUMMARY).read_text())
-
-
-def _line(text: str, start: str) -> str:
-    (line,) = [x for x in text.splitlines() if x.startswith(start)]
-    return line
 
 
 def test_the_cells_are_the_summary_s_rounds_and_ratios():
@@ -25,9 +21,11 @@ def test_the_cells_are_the_summary_s_rounds_and_ratios():
     text = mtp.table(summary)
     (got,) = k2["tok_s_per_round"]
     ratio = got / k0["tok_s_per_round"][0]
-    assert _line(text, "| 6 | k = 2 |").startswith(f"| 6 | k = 2 | {got:.0f} ({ratio:.2f}x) |")
+    assert row_starting(text, "| 6 | k = 2 |").startswith(
+        f"| 6 | k = 2 | {got:.0f} ({ratio:.2f}x) |"
+    )
     (guard_128,) = summary["runs"]["depth-3b"]["cells"]["vllm-guard"]["128"]["tok_s_per_round"]
-    assert f" {guard_128:.0f} (" in _line(text, "| 3 | guard")
+    assert f" {guard_128:.0f} (" in row_starting(text, "| 3 | guard")
     assert mtp.SUMMARY in text and summary["date"] in text
 
 
@@ -36,10 +34,10 @@ def test_a_changed_figure_shows_and_acceptance_is_the_range_of_its_cells():
     k1 = summary["runs"]["depth-3b"]["cells"]["vllm-k1"]
     k1["64"]["tok_s_per_round"] = [12345.4]
     k1["8"]["acceptance_length"] = 1.5
-    line = _line(mtp.table(summary), "| 3 | k = 1 |")
+    line = row_starting(mtp.table(summary), "| 3 | k = 1 |")
     assert "| 12345 |" in line and line.endswith("| 1.50-1.71 |")
     # k = 0 drafts nothing: no acceptance length in its cells, shown as "-".
-    assert _line(mtp.table(summary), "| 6 | k = 0 |").endswith("| - |")
+    assert row_starting(mtp.table(summary), "| 6 | k = 0 |").endswith("| - |")
 
 
 def test_a_cell_without_a_figure_or_with_several_rounds_is_refused():

@@ -7,15 +7,11 @@ import pytest
 
 from serving.records import mtp_speedup_table as mtp
 from serving.records.store import ROOT
+from tests.support.table_rows import row_starting
 
 
 def _reports() -> list[dict]:
     return [json.loads((ROOT / path).read_text()) for _, path in mtp.SUMMARIES]
-
-
-def _line(text: str, start: str) -> str:
-    (line,) = [x for x in text.splitlines() if x.startswith(start)]
-    return line
 
 
 def _k0(report: dict, c: int) -> float:
@@ -28,13 +24,13 @@ def test_the_cells_are_the_reports_figures():
     text = mtp.table(reports)
     (c8,) = [b for b in cpu["figures"]["mtp"] if b["concurrency"] == 8]
     k3 = c8["by_k"]["3"]
-    assert _line(text, "| CPU | 8 | 3 |") == (
+    assert row_starting(text, "| CPU | 8 | 3 |") == (
         f"| CPU | 8 | 3 | {k3['tokens_per_s']:.1f} | {_k0(cpu, 8):.1f} "
         f"| {k3['speedup']:.2f}x | {k3['bound']:.2f}x |"
     )
     (c64,) = [b for b in gpu["figures"]["mtp"] if b["concurrency"] == 64]
     # k = 2, the presets' k, is the one in bold.
-    assert f"| **{c64['by_k']['2']['speedup']:.2f}x** |" in _line(text, "| H200 | 64 | 2 |")
+    assert f"| **{c64['by_k']['2']['speedup']:.2f}x** |" in row_starting(text, "| H200 | 64 | 2 |")
     assert gpu["client_machine"]["software"]["vllm"] in text
     for _, path in mtp.SUMMARIES:
         assert path in text
@@ -45,7 +41,7 @@ def test_a_changed_figure_shows_and_a_null_bound_is_a_dash():
     block = reports[0]["figures"]["mtp"][0]
     block["by_k"]["1"]["tokens_per_s"] = 1234.56
     block["by_k"]["1"]["bound"] = None
-    line = _line(mtp.table(reports), f"| CPU | {block['concurrency']} | 1 |")
+    line = row_starting(mtp.table(reports), f"| CPU | {block['concurrency']} | 1 |")
     assert "| 1234.6 |" in line and line.endswith("| - |")
 
 

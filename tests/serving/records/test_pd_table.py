@@ -8,6 +8,7 @@ import pytest
 
 from serving.records import pd_table as pd
 from serving.records.store import ROOT
+from tests.support.table_rows import row_starting
 
 
 def _summary() -> dict:
@@ -15,8 +16,7 @@ def _summary() -> dict:
 
 
 def _line(text: str, c: str) -> str:
-    (line,) = [x for x in text.splitlines() if x.startswith(f"| {c} |")]
-    return line
+    return row_starting(text, f"| {c} |")
 
 
 def _figures(level: dict) -> str:

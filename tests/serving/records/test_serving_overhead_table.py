@@ -8,15 +8,11 @@ import pytest
 
 from serving.records import serving_overhead_table as so
 from serving.records.store import ROOT
+from tests.support.table_rows import row_starting
 
 
 def _report() -> dict:
     return json.loads((ROOT / so.SUMMARY).read_text())
-
-
-def _line(text: str, start: str) -> str:
-    (line,) = [x for x in text.splitlines() if x.startswith(start)]
-    return line
 
 
 def _level(report: dict, target: str, c: int) -> dict:
@@ -30,16 +26,16 @@ def test_the_cells_are_the_report_s_figures_and_levels():
     high, low = o["high_concurrency"], o["low_concurrency"]
     text = so.table(report)
     app, base = _level(report, "ray-app", high), _level(report, "vllm-k2", high)
-    assert _line(text, "| output tok/s") == (
+    assert row_starting(text, "| output tok/s") == (
         f"| output tok/s, c = {high} | {app['output_tokens_per_s']:.1f} "
         f"| {base['output_tokens_per_s']:.1f} | **{o['throughput_ratio']:.2f}x** | >= 0.95x |"
     )
     p50 = _level(report, "ray-app", low)["ttft_s"]["p50"] * 1e3
     added = o["added_p50_ttft_s"] * 1e3
-    assert _line(text, "| TTFT p50").startswith(
+    assert row_starting(text, "| TTFT p50").startswith(
         f"| TTFT p50, c = {low} | {p50:.0f} ms |"
-    ) and f"| **{added:+.0f} ms** |" in _line(text, "| TTFT p50")
-    ready = _line(text, "| start to ready")
+    ) and f"| **{added:+.0f} ms** |" in row_starting(text, "| TTFT p50")
+    ready = row_starting(text, "| start to ready")
     assert f"| {o['ready_s']:.1f} s | {o['baseline_ready_s']:.1f} s |" in ready
     assert f"**{o['ready_ratio']:.2f}x**" in ready
     assert so.SUMMARY in text and report["client_machine"]["software"]["vllm"] in text
@@ -51,8 +47,8 @@ def test_a_changed_figure_shows_and_an_unmeasured_one_is_a_dash():
     o["p90_ttft_ratio"] = 1.234
     o["added_p50_ttft_s"] = None
     text = so.table(report)
-    assert "| **1.23x** |" in _line(text, "| TTFT p90")
-    assert "| **-** |" in _line(text, "| TTFT p50")
+    assert "| **1.23x** |" in row_starting(text, "| TTFT p90")
+    assert "| **-** |" in row_starting(text, "| TTFT p50")
 
 
 def test_a_report_without_its_overhead_entry_or_a_level_is_refused():
