@@ -14,13 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from serving.records.summary_cli import summary_main
+from serving.records.summary_cli import RecordError, run_versions, summary_main
 
 METHODS = ("greedy", "probabilistic")
-
-
-class RecordError(ValueError):
-    """The run's output lacks what the record needs; the message names it."""
 
 
 def _arm(out: Path, method: str) -> dict[str, Any]:
@@ -56,18 +52,13 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
         greedy, sampled = cell["greedy"]["output_tok_s"], cell["probabilistic"]["output_tok_s"]
         cell["probabilistic_over_greedy"] = round(sampled / greedy, 3) if greedy else None
     machine = arms["greedy"].get("client_machine", {})
-    gpu, software = machine.get("gpu", {}), machine.get("software", {})
     return {
         "what": what,
         "command": command,
         "commit": commit,
         "date": date,
-        "gpu": {"name": gpu.get("name"), "cpu_cores": machine.get("cpus")},
-        "versions": {
-            "vllm": software.get("vllm"),
-            "torch": software.get("torch"),
-            "cuda": gpu.get("cuda"),
-        },
+        "gpu": {"name": (machine.get("gpu") or {}).get("name"), "cpu_cores": machine.get("cpus")},
+        "versions": run_versions(machine),
         "temperature": temperatures.pop(),
         "ready_s": {m: round(next(iter(arms[m]["ready_seconds"].values())), 1) for m in METHODS},
         "cells": dict(sorted(cells.items(), key=lambda item: int(item[0][1:]))),

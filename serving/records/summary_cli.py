@@ -1,5 +1,6 @@
-"""The command line every run-summary builder shares: a run's output folder in, the record's
-JSON out on stdout, a clear one-line error (exit 2) for a run it cannot summarise."""
+"""What every run-summary builder shares: its command line (a run's output folder in, the
+record's JSON out on stdout, a clear one-line error, exit 2, for a run it cannot summarise),
+its error and the versions it names."""
 
 from __future__ import annotations
 
@@ -11,6 +12,16 @@ from pathlib import Path
 from typing import Any
 
 Build = Callable[[Path, str, str, str, str], dict[str, Any]]
+
+
+class RecordError(ValueError):
+    """The run's output lacks what the record needs; the message names it."""
+
+
+def run_versions(machine: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's, torch's and CUDA's versions from a bench report's ``client_machine``."""
+    software, gpu = machine.get("software") or {}, machine.get("gpu") or {}
+    return {"vllm": software.get("vllm"), "torch": software.get("torch"), "cuda": gpu.get("cuda")}
 
 
 def summary_main(prog: str, argv: list[str], build: Build, what: str, command: str) -> int:

@@ -17,7 +17,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from serving.records.summary_cli import summary_main
+from serving.records.summary_cli import RecordError, run_versions, summary_main
+from serving.warm.command import PRECOMPILE_LINE
 
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 WARM_TOTAL = re.compile(rf"\[warm\s+{NUMBER}s\] exported ")
@@ -33,12 +34,7 @@ MANIFEST = re.compile(r"key ([0-9a-f]+), (\d+) kernels \((.*?);.*\), (\d+) MiB")
 ARCHIVE = re.compile(r"exported .* \((\d+) MiB\)")
 IMPORTED = re.compile(rf"\[warm\s+{NUMBER}s\] imported ")
 INSPECTED = re.compile(rf"\[warm\s+{NUMBER}s\] model classes inspected ahead")
-PRECOMPILE = re.compile(r"\[dsv4-jit\] (pre-compile.*)$", re.M)
 KERNEL_FILE = re.compile(r"\.(cubin|so|hsaco|fatbin)$")
-
-
-class RecordError(ValueError):
-    """The run's output lacks something the record needs; the message names it."""
 
 
 def _find(pattern: re.Pattern[str], text: str, where: str) -> re.Match[str]:
@@ -112,7 +108,12 @@ def engine_summary(folder: Path) -> dict[str, Any]:
     bench = json.loads((folder / "bench.json").read_text())
     (target,) = bench["targets"]
     logs = sorted((folder / "logs").glob("*.log"))
-    lines = [m.group(1) for p in logs for m in PRECOMPILE.finditer(p.read_text(errors="replace"))]
+    lines = [
+        m.group(1)
+        for path in logs
+        for line in path.read_text(errors="replace").splitlines()
+        if (m := PRECOMPILE_LINE.search(line))
+    ]
     rounds, ttft, accepted, compiles = {}, {}, {}, {}
     added: Counter[str] = Counter()
     for level in bench["levels"]:
@@ -147,13 +148,15 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
     }
     if not engines:
         raise RecordError(f"{out}: no imported-*/bench.json (no engine started from the archive)")
+    first = min(out.glob("imported-*/bench.json"))
+    machine = json.loads(first.read_text()).get("client_machine", {})
     record: dict[str, Any] = {
         "what": what,
         "command": command,
         "commit": commit,
         "date": date,
-        "gpu": {"name": name, "driver": driver, "cpu_cores": _cores(out)},
-        "versions": _versions(out),
+        "gpu": {"name": name, "driver": driver, "cpu_cores": machine.get("cpus")},
+        "versions": run_versions(machine),
         "warm": warm_summary(out),
         "import_s": float(_find(IMPORTED, (out / "import.log").read_text(), "import.log").group(1)),
         "imported_engines": engines,
@@ -164,22 +167,6 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
     if "k2" in engines:
         record["imported_engine"] = engines["k2"] | {"layers": 12}
     return record
-
-
-def _bench_machine(out: Path) -> dict[str, Any]:
-    for path in sorted(out.glob("imported-*/bench.json")):
-        return json.loads(path.read_text()).get("client_machine", {})
-    return {}
-
-
-def _cores(out: Path) -> int | None:
-    return _bench_machine(out).get("cpus")
-
-
-def _versions(out: Path) -> dict[str, str]:
-    software = _bench_machine(out).get("software", {})
-    gpu = _bench_machine(out).get("gpu", {})
-    return {"vllm": software.get("vllm"), "torch": software.get("torch"), "cuda": gpu.get("cuda")}
 
 
 def main(argv: list[str]) -> int:
