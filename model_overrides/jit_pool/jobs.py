@@ -17,16 +17,23 @@ compile (vLLM 0.34 source, ``vllm/model_executor/warmup/``):
   ``compute_num_split``), so prefill chunks past the CUDA-graph sizes reach counts that no
   warm-up compiles: each was a 2-3 s stall in traffic. The jobs are every count a batch of
   up to ``max_num_batched_tokens`` tokens can take, for each mix shape the model holds.
+- ``o_proj_einsum``: DeepSeek-V4's grouped output projection (``wo_a``), an FP8 batched
+  GEMM through DeepGEMM's ``fp8_einsum`` (``models/deepseek_v4/nvidia/ops/o_proj.py``,
+  ``deep_gemm_fp8_o_proj``) that no warm-up of vLLM's runs. DeepGEMM picks its block
+  config from the token count, so a prefill chunk of a new size compiled one while
+  serving (a 7 s TTFT stall on the H100). A worker runs vLLM's own o_proj at every token
+  count of its run, up to ``max_num_batched_tokens``: every count, not vLLM's relaxed M
+  list, whose wave model is the dense GEMM's and leaves out the group count.
 """
 
 from __future__ import annotations
 
 import hashlib
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-JobKind = Literal["jit_key", "fp8_gemm_nt", "hc_prenorm_gemm"]
+JobKind = Literal["jit_key", "fp8_gemm_nt", "hc_prenorm_gemm", "o_proj_einsum"]
 # DeepGEMM M values per job: a weight shape has ~100-400 of them at 2-5 s each.
 GEMM_M_PER_JOB = 8
 # DeepGEMM's mHC GEMM: its M block (the token tile vLLM's split count is computed over)
@@ -35,6 +42,9 @@ HC_BLOCK = 64
 # The model's mHC mix weights (``models/deepseek_v4/nvidia/model.py``): the attention and
 # FFN mixes over hc_mult copies of the hidden state, and the first layer's broadcast mix.
 HC_MIX_ATTRS = ("hc_attn_fn", "hc_ffn_fn", "hc_attn_fn_broadcast")
+# Token counts per o_proj job: one call each is cheap, and a config DeepGEMM picks over a
+# run of counts is compiled once per run, so longer runs repeat fewer compiles.
+O_PROJ_M_PER_JOB = 512
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,62 @@ class HcPrenormCase:
     num_splits: int
     tokens: int
     device_index: int
+
+
+@dataclass(frozen=True)
+class TensorLayout:
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str
+
+    @classmethod
+    def of(cls, tensor: Any) -> TensorLayout:
+        return cls(tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype).split(".")[-1])
+
+    def zeros(self, device: Any) -> Any:
+        """A zero tensor of this layout (FP8 zeros by way of a byte view: the scales'
+        UE8M0 packing asserts zero sign and mantissa bits, as DeepGEMM's warm-up notes)."""
+        import torch
+
+        out = torch.empty_strided(
+            self.shape, self.stride, dtype=getattr(torch, self.dtype), device=device
+        )
+        out.view(torch.uint8).zero_() if out.element_size() == 1 else out.zero_()
+        return out
+
+
+@dataclass(frozen=True)
+class OProjCase:
+    """One attention layout's grouped ``wo_a`` projection and a run of token counts: what
+    ``deep_gemm_fp8_o_proj`` takes from the layer (``nvidia/flashmla.py``, ``_o_proj``)."""
+
+    n_groups: int
+    heads_per_group: int
+    nope_dim: int
+    rope_dim: int
+    o_lora_rank: int
+    einsum_recipe: tuple[int, int, int]
+    tma_aligned_scales: bool
+    weight: TensorLayout
+    scale_name: str  # the scale's attribute on wo_a, as the function looks it up
+    scale: TensorLayout
+    cos_sin_cache: TensorLayout
+    m_values: tuple[int, ...]
+    device_index: int
+
+    def layout(self) -> OProjCase:
+        return replace(self, m_values=(), device_index=0)
+
+    def call_kwargs(self) -> dict[str, Any]:
+        return {
+            "n_groups": self.n_groups,
+            "heads_per_group": self.heads_per_group,
+            "nope_dim": self.nope_dim,
+            "rope_dim": self.rope_dim,
+            "o_lora_rank": self.o_lora_rank,
+            "einsum_recipe": self.einsum_recipe,
+            "tma_aligned_scales": self.tma_aligned_scales,
+        }
 
 
 @dataclass
@@ -218,6 +284,58 @@ def hc_prenorm_jobs(model: Any, max_tokens: int, out: JobSet, split_for: Any = N
             out.jobs.append(CompileJob("hc_prenorm_gemm", f"{n}x{k}", pickle.dumps(case), label))
 
 
+def o_proj_case(module: Any, m_values: tuple[int, ...] = ()) -> OProjCase | None:
+    """The layer's grouped FP8 ``wo_a`` as an ``OProjCase``; None for any other module (an
+    attention layer without DeepGEMM's einsum recipe, or a BF16 ``wo_a``: torch.bmm)."""
+    recipe = getattr(module, "_einsum_recipe", None)
+    wo_a = getattr(module, "wo_a", None)
+    weight = getattr(wo_a, "weight", None)
+    if recipe is None or weight is None or str(weight.dtype) != "torch.float8_e4m3fn":
+        return None
+    scale_name = "weight_scale" if hasattr(wo_a, "weight_scale") else "weight_scale_inv"
+    return OProjCase(
+        n_groups=module.n_local_groups,
+        heads_per_group=module.n_local_heads // module.n_local_groups,
+        nope_dim=module.nope_head_dim,
+        rope_dim=module.rope_head_dim,
+        o_lora_rank=module.o_lora_rank,
+        einsum_recipe=tuple(recipe),
+        tma_aligned_scales=bool(module._tma_aligned_scales),
+        weight=TensorLayout.of(weight),
+        scale_name=scale_name,
+        scale=TensorLayout.of(getattr(wo_a, scale_name)),
+        cos_sin_cache=TensorLayout.of(module.rotary_emb.cos_sin_cache),
+        m_values=m_values,
+        device_index=weight.device.index or 0,
+    )
+
+
+def o_proj_cases(model: Any, max_tokens: int) -> list[OProjCase]:
+    """Each distinct o_proj layout in the model (the target's layers and the MTP drafter's
+    share one) with every token count from 1 to ``max_tokens``, in runs."""
+    layouts: dict[OProjCase, OProjCase] = {}
+    for module in model.modules():
+        if (case := o_proj_case(module)) is not None:
+            layouts.setdefault(case.layout(), case)
+    return [
+        replace(case, m_values=tuple(range(start, min(start + O_PROJ_M_PER_JOB, max_tokens + 1))))
+        for case in layouts.values()
+        for start in range(1, max_tokens + 1, O_PROJ_M_PER_JOB)
+    ]
+
+
+def o_proj_jobs(model: Any, max_tokens: int, out: JobSet) -> None:
+    """DeepGEMM's o_proj einsum kernels, one job per run of token counts."""
+    from vllm.utils.deep_gemm import is_deep_gemm_supported
+
+    if not is_deep_gemm_supported():
+        return
+    for case in o_proj_cases(model, max_tokens):
+        owner = "x".join(map(str, case.weight.shape))
+        label = f"o_proj_einsum {owner} m={case.m_values[0]}..{case.m_values[-1]}"
+        out.jobs.append(CompileJob("o_proj_einsum", owner, pickle.dumps(case), label))
+
+
 def run_job(job: CompileJob) -> None:
     """Compile one job in this process (a worker's side)."""
     if job.kind == "jit_key":
@@ -232,6 +350,8 @@ def run_job(job: CompileJob) -> None:
         _run_gemm(pickle.loads(job.payload))
     elif job.kind == "hc_prenorm_gemm":
         _run_hc_prenorm(pickle.loads(job.payload))
+    elif job.kind == "o_proj_einsum":
+        _run_o_proj(pickle.loads(job.payload))
     else:
         raise ValueError(f"unknown compile job kind {job.kind!r}")
 
@@ -273,4 +393,28 @@ def _run_hc_prenorm(case: HcPrenormCase) -> None:
     out = torch.empty((case.num_splits, m, case.n), dtype=torch.float32, device=device)
     sqrsum = torch.empty((case.num_splits, m), dtype=torch.float32, device=device)
     tf32_hc_prenorm_gemm(x, fn, out, sqrsum, case.num_splits)
+    torch.cuda.synchronize(device)
+
+
+def _run_o_proj(case: OProjCase) -> None:
+    import types
+
+    import torch
+    from vllm.models.deepseek_v4.nvidia.ops.o_proj import deep_gemm_fp8_o_proj
+
+    torch.cuda.set_device(case.device_index)
+    device = torch.device("cuda", case.device_index)
+    max_m = max(case.m_values)
+    heads = case.n_groups * case.heads_per_group
+    o = torch.zeros(
+        (max_m, heads, case.nope_dim + case.rope_dim), dtype=torch.bfloat16, device=device
+    )
+    positions = torch.zeros(max_m, dtype=torch.int64, device=device)
+    cos_sin_cache = case.cos_sin_cache.zeros(device)
+    wo_a = types.SimpleNamespace(weight=case.weight.zeros(device))
+    setattr(wo_a, case.scale_name, case.scale.zeros(device))
+    for m in case.m_values:  # the layer's own call: inverse RoPE, FP8 quant, the einsum
+        deep_gemm_fp8_o_proj(
+            o[:m], positions[:m], cos_sin_cache, wo_a, lambda z: z, **case.call_kwargs()
+        )
     torch.cuda.synchronize(device)

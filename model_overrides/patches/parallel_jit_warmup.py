@@ -29,7 +29,13 @@ from typing import Any
 
 from model_overrides.jit_pool import default_jobs, run_pool
 from model_overrides.jit_pool import manifest as cache_manifest
-from model_overrides.jit_pool.jobs import JobSet, deep_gemm_jobs, hc_prenorm_jobs, registry_jobs
+from model_overrides.jit_pool.jobs import (
+    JobSet,
+    deep_gemm_jobs,
+    hc_prenorm_jobs,
+    o_proj_jobs,
+    registry_jobs,
+)
 from model_overrides.jit_pool.pool import JOBS_ENV
 from model_overrides.patches.module_attr import import_optional
 from model_overrides.registry import REGISTRY, Need, Patch, Probe
@@ -84,6 +90,7 @@ def precompile(runner: Any, workers: int) -> None:
     max_tokens = runner.scheduler_config.max_num_batched_tokens
     deep_gemm_jobs(model, max_tokens, job_set)
     hc_prenorm_jobs(model, max_tokens, job_set)
+    o_proj_jobs(model, max_tokens, job_set)
     # The ledger's stamp: this node's tool versions and GPU architecture, no shapes.
     stamp = cache_manifest.cache_key(versions, gpu, {})
     report = run_pool(job_set, workers, lock_dir(), stamp=stamp)
