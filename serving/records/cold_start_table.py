@@ -14,6 +14,7 @@ SUMMARIES = (
     "docs/bench-cold-start/h100-warm.json",
     "docs/bench-cold-start/h100-import.json",
     "docs/bench-cold-start/h100-ledger.json",
+    "docs/bench-cold-start/h100-prenorm-jobs.json",
 )
 DOC = "docs/benchmarks.md"
 REGION = "cold-start"
@@ -53,6 +54,18 @@ def _rounds(run: Run, level: str) -> str:
     return f"{first} / not recorded"
 
 
+def _k0(run: Run) -> str:
+    """The k = 0 engine from the same imported cache, where the run started one."""
+    engine = run.get("imported_engines", {}).get("k0")
+    if engine is None:
+        return "not run"
+    rounds = engine["rounds_tok_per_s"]
+    return (
+        f"{engine['ready_s']:.1f}; {rounds['c8'][0]} / {rounds['c8'][1]};"
+        f" {rounds['c64'][0]} / {rounds['c64'][1]}"
+    )
+
+
 ROWS: tuple[tuple[str, Callable[[Run], str]], ...] = (
     ("warm in all, s", lambda r: f"{r['warm']['total_s']:.1f}"),
     (
@@ -86,6 +99,11 @@ ROWS: tuple[tuple[str, Callable[[Run], str]], ...] = (
     ),
     ("output tok/s at c = 8, round 1 / 2", lambda r: _rounds(r, "c8")),
     ("output tok/s at c = 64, round 1 / 2", lambda r: _rounds(r, "c64")),
+    (
+        "k = 0 engine from the imported cache: ready, s; output tok/s round 1 / 2 at"
+        " c = 8; at c = 64",
+        _k0,
+    ),
     (
         "kernel files compiled during its traffic",
         lambda r: (

@@ -102,5 +102,12 @@ def test_the_cold_start_table_reads_each_runs_summary():
     assert "| 88.8 from the imported cache" in ready
     (traffic,) = [line for line in text.splitlines() if line.startswith("| kernel files compiled")]
     # Each run's own counts; zero compiles said as none.
-    assert traffic.endswith("| not counted | deep_gemm 3 | none |")
+    assert traffic.endswith("| not counted | deep_gemm 3 | none | none |")
+    (k0,) = [line for line in text.splitlines() if line.startswith("| k = 0 engine")]
+    engine = runs[-1]["imported_engines"]["k0"]
+    assert k0.endswith(
+        f"| not run | not run | not run | {engine['ready_s']:.1f};"
+        f" {engine['rounds_tok_per_s']['c8'][0]} / {engine['rounds_tok_per_s']['c8'][1]};"
+        f" {engine['rounds_tok_per_s']['c64'][0]} / {engine['rounds_tok_per_s']['c64'][1]} |"
+    )
     assert all(path in text for path in cold_start_table.SUMMARIES)
