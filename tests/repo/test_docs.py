@@ -1,5 +1,6 @@
-"""The README is a short front door, the manual's links resolve, its pages start with a
-summary and carry no internal work labels, and `dsv4-serve --version` says the version."""
+"""The README is a short front door, the manual's links and their headings resolve, its
+pages start with a summary and carry no internal work labels, and `dsv4-serve --version`
+says the version."""
 
 from __future__ import annotations
 
@@ -42,15 +43,38 @@ def test_readme_links_every_page():
     assert not missing, f"README's 'Read more' does not link {missing}"
 
 
+def _anchors(path: Path) -> set[str]:
+    """The heading anchors GitHub gives a page: lower case, punctuation but hyphens and
+    underscores dropped, spaces made hyphens, a repeated one numbered."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for line in _prose(path).splitlines():
+        if heading := re.match(r"#{1,6}\s+(.*)", line):
+            text = heading.group(1).replace("`", "").strip().lower()
+            slug = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+            count = seen[slug] = seen.get(slug, -1) + 1
+            found.add(f"{slug}-{count}" if count else slug)
+    return found
+
+
 @pytest.mark.parametrize("path", LINKED, ids=lambda p: str(p.relative_to(ROOT)))
-def test_relative_links_point_to_files(path: Path):
+def test_relative_links_point_to_files_and_headings(path: Path):
     broken = []
     for target in LINK.findall(_prose(path)):
-        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
-            continue  # a URL or an anchor on the same page
-        if not (path.parent / target.split("#")[0]).exists():
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):
+            continue  # a URL
+        name, _, anchor = target.partition("#")
+        linked = path.parent / name if name else path
+        missing_heading = anchor and linked.suffix == ".md" and anchor not in _anchors(linked)
+        if not linked.exists() or missing_heading:
             broken.append(target)
-    assert not broken, f"{path.relative_to(ROOT)} links to missing files: {broken}"
+    assert not broken, f"{path.relative_to(ROOT)} links to missing files or headings: {broken}"
+
+
+def test_anchors_follow_githubs_rules(tmp_path: Path):
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n## Cold start: `warm` (H100, vLLM 0.34)\n\n## Notes\n\n## Notes\n")
+    assert _anchors(page) == {"title", "cold-start-warm-h100-vllm-034", "notes", "notes-1"}
 
 
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
