@@ -87,6 +87,7 @@ def docs_table_sources() -> tuple:
     from serving.records import (
         cold_start_table,
         disaggregation_table,
+        draft_sampling_gpu_table,
         draft_sampling_table,
         forward_table,
         guard_table,
@@ -109,6 +110,7 @@ def docs_table_sources() -> tuple:
         pd_table,
         kernel_libraries_table,
         draft_sampling_table,
+        draft_sampling_gpu_table,
         cold_start_table,
         guard_table,
         routing_table,
