@@ -117,3 +117,46 @@ def kernel_library_cost(report: dict) -> list[dict]:
                 }
             )
     return out
+
+
+def break_even(report: dict) -> list[dict]:
+    """For each acceptance profile and concurrency, the k that made the most output tokens
+    per second, by how much it beat the next best k and k = 0. A profile's targets are
+    ``vllm-kK~PROFILE``; the preset's own rates are the targets without one ("preset");
+    ``vllm-k0`` drafts nothing, so it stands in every profile."""
+    profiles: dict[str, dict[int, str]] = {}
+    for name in report["targets"]:
+        base, _, acceptance = name.partition("~")
+        if (k := _k_of(base)) is None or "@" in name or (k == 0 and acceptance):
+            continue
+        if k:
+            profiles.setdefault(acceptance or "preset", {})[k] = name
+    rows = []
+    for acceptance, targets in profiles.items():
+        for concurrency in report["plan"]["concurrency"]:
+            by_k = {
+                k: entry["output_tokens_per_s"]
+                for k, name in {0: "vllm-k0", **targets}.items()
+                if (entry := level(report, name, concurrency)) and entry["output_tokens_per_s"]
+            }
+            if 0 not in by_k or len(by_k) < 2:
+                continue
+            ranked = sorted(by_k, key=by_k.get, reverse=True)
+            best, runner_up = ranked[0], ranked[1]
+            rows.append(
+                {
+                    "profile": acceptance,
+                    "concurrency": concurrency,
+                    "tokens_per_s_by_k": dict(sorted(by_k.items())),
+                    "best_k": best,
+                    "over_next_best": by_k[best] / by_k[runner_up],
+                    "next_best_k": runner_up,
+                    "over_k0": by_k[best] / by_k[0],
+                }
+            )
+    return rows
+
+
+def _k_of(base: str) -> int | None:
+    head, _, k = base.partition("vllm-k")
+    return int(k) if not head and k.isdigit() else None

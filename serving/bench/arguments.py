@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KIND",
         help="start on the preset's golden model: vllm-k0 .. vllm-k8 (vLLM's server, MTP k), "
         "ray-app (the Ray Serve app); on a CPU preset append @avx512 or @avx2 to run on that "
-        "CPU kernel library",
+        "CPU kernel library; on a bench model append ~PROFILE (random-token, real-thinking, "
+        "real-no-thinking) for that acceptance profile's synthetic rates",
     )
     parser.add_argument(
         "--preset",

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from serving.bench import plots
-from serving.bench.analysis import kernel_library_cost, mtp_speedup, serving_overhead
+from serving.bench.analysis import break_even, kernel_library_cost, mtp_speedup, serving_overhead
 from serving.bench.stages import STAGES
 
 
@@ -43,6 +43,8 @@ def figures(report: dict) -> dict:
             out["serving_overhead"] = rows
     if cost := kernel_library_cost(report):
         out["kernel_libraries"] = cost
+    if any("~" in name for name in names) and (rows := break_even(report)):
+        out["break_even"] = rows
     return out
 
 
@@ -192,6 +194,26 @@ def _kernels(extra: dict) -> list[str]:
     return lines
 
 
+def _break_even(extra: dict) -> list[str]:
+    if not extra.get("break_even"):
+        return []
+    lines = [
+        "",
+        "Break-even by acceptance profile (output tok/s at each k; the k that made the most,"
+        " and by how much it beat the next best and k = 0):",
+        "",
+        "| profile | c | tok/s by k | best k | over the next best | over k = 0 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in extra["break_even"]:
+        by_k = ", ".join(f"k={k} {v:.1f}" for k, v in row["tokens_per_s_by_k"].items())
+        lines.append(
+            f"| {row['profile']} | {row['concurrency']} | {by_k} | {row['best_k']}"
+            f" | {row['over_next_best']:.3f} (k={row['next_best_k']}) | {row['over_k0']:.3f} |"
+        )
+    return lines
+
+
 def _how_started(start: dict) -> str:
     if start.get("cold_starts"):
         return (
@@ -291,6 +313,7 @@ def markdown(report: dict) -> str:
     lines += _mtp(extra, setup)
     lines += _overhead(extra)
     lines += _kernels(extra)
+    lines += _break_even(extra)
     lines += _starts(report)
     lines += _rounds(report)
     lines += _notes(report)

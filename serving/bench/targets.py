@@ -10,7 +10,11 @@ vllm/v1/worker/utils.py ``request_memory``) passes for every one of them. Both g
 the preset's ``--set`` overrides, so vLLM's server and the Ray app get the same values.
 
 A kind may end in ``@avx512`` or ``@avx2`` (CPU presets only): that server runs on vLLM's
-lower CPU kernel library (``DSV4_CPU_KERNEL_LIBRARY``), i.e. on our eager fallbacks."""
+lower CPU kernel library (``DSV4_CPU_KERNEL_LIBRARY``), i.e. on our eager fallbacks.
+
+``vllm-kK~PROFILE`` (a bench model's preset only) is vLLM's server at k = K with an
+acceptance profile's synthetic rates in place of the preset's
+(``serving.bench.acceptance_profiles``): one run measures each k under several acceptances."""
 
 from __future__ import annotations
 
@@ -24,9 +28,10 @@ from dataclasses import dataclass, field
 
 from model_overrides.guard.spec_guard_config import GUARD_ENV, LOG_ENV, GuardSettings
 from model_overrides.kernels.kernel_library import FORCE_ENV, LIBRARIES
+from serving.bench.acceptance_profiles import SEPARATOR, AcceptanceProfile, profile
 from serving.config.build_args import BuildArgs, resolve
 from serving.config.llm_config import resolve_model_source
-from serving.config.preset import Preset
+from serving.config.preset import Preset, SyntheticAcceptance
 from serving.config.vllm_args import to_cli_args
 from serving.monitoring.metrics_page import RAY_EXPORT_PERIOD_S
 
@@ -72,7 +77,7 @@ RAY_APP_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
         {},
     ),
 }
-_VLLM_KIND = re.compile(r"vllm-k([0-8])")
+_VLLM_KIND = re.compile(rf"vllm-k([0-8])(?:{SEPARATOR}([a-z0-9-]+))?")
 # vLLM's server at the preset's k with a speculation guard: vLLM's batch-size table, or
 # ours (model_overrides/guard/spec_guard.py). Either takes the preset's own guard settings when
 # they are of that mode, else these defaults. The idle drafter is the preset's k with our
@@ -209,6 +214,12 @@ def split_kind(kind: str) -> tuple[str, str]:
     return base, isa
 
 
+def kind_profile(kind: str) -> AcceptanceProfile | None:
+    """The acceptance profile a ``vllm-kK~PROFILE`` kind names (None without one)."""
+    match = _VLLM_KIND.fullmatch(split_kind(kind)[0])
+    return profile(match.group(2)) if match and match.group(2) else None
+
+
 def variant_sets(base: str, setup: LocalSetup) -> list[str]:
     """A Ray app variant's `up --set` assignments on this setup's preset."""
     sets = list(RAY_APP_VARIANTS[base][0])
@@ -221,7 +232,10 @@ def check_kind(kind: str, setup: LocalSetup) -> None:
     base, isa = split_kind(kind)
     if not (_VLLM_KIND.fullmatch(base) or base in RAY_APP_VARIANTS or base in GUARD_KINDS):
         known = ", ".join([*GUARD_KINDS, *RAY_APP_VARIANTS])
-        raise ValueError(f"unknown local target {kind!r}: use vllm-k0..vllm-k8, {known}")
+        raise ValueError(
+            f"unknown local target {kind!r}: use vllm-k0..vllm-k8 (vllm-kK~PROFILE on a bench "
+            f"model), {known}"
+        )
     if base in RAY_APP_VARIANTS and (extra := variant_sets(base, setup)):
         try:  # the variant's preset must resolve (e.g. P/D refuses replica autoscaling)
             resolve(BuildArgs(preset=setup.preset_name, set=[*setup.sets, *extra]))
@@ -230,7 +244,19 @@ def check_kind(kind: str, setup: LocalSetup) -> None:
     spec = setup.preset.speculation
     if base in GUARD_KINDS and not spec.num_speculative_tokens:
         raise ValueError(f"{kind!r} needs a preset with speculation (num_speculative_tokens)")
-    if (match := _VLLM_KIND.fullmatch(base)) and spec.synthetic_acceptance:
+    if (match := _VLLM_KIND.fullmatch(base)) and match.group(2):
+        if not spec.synthetic_acceptance:
+            raise ValueError(
+                f"{kind!r}: an acceptance profile replaces a bench model's synthetic "
+                f"acceptance, and preset {setup.preset.name!r} has none"
+            )
+        if match.group(1) == "0":
+            raise ValueError(f"{kind!r}: k = 0 drafts nothing; use vllm-k0")
+        try:
+            profile(match.group(2)).rates_for(int(match.group(1)))
+        except ValueError as exc:
+            raise ValueError(f"{kind!r}: {exc}") from None
+    elif match and spec.synthetic_acceptance:
         try:
             spec.synthetic_for(int(match.group(1)))
         except ValueError as exc:
@@ -244,13 +270,23 @@ def check_kind(kind: str, setup: LocalSetup) -> None:
         raise ValueError(f"unknown kernel library {isa!r} in {kind!r}: use {', '.join(LIBRARIES)}")
 
 
-def vllm_kwargs(setup: LocalSetup, k: int, batch_table: list | None = None) -> dict:
+def vllm_kwargs(
+    setup: LocalSetup,
+    k: int,
+    batch_table: list | None = None,
+    acceptance: AcceptanceProfile | None = None,
+) -> dict:
     """The preset's engine arguments with its speculation at k drafts (method, draft
-    sampling and synthetic acceptance kept), and vLLM's batch-size table when given."""
+    sampling and synthetic acceptance kept, or the acceptance profile's rates in place of
+    the preset's), and vLLM's batch-size table when given."""
     kwargs = setup.preset.engine_kwargs()
     kwargs.pop("speculative_config", None)
     kwargs.update(model=setup.model_dir, served_model_name=setup.preset.model.id)
-    spec = setup.preset.speculation.vllm_config(k=k, batch_table=batch_table, guard_tables=False)
+    speculation = setup.preset.speculation
+    if acceptance is not None:
+        rates = SyntheticAcceptance(rates=list(acceptance.rates))
+        speculation = speculation.model_copy(update={"synthetic_acceptance": rates})
+    spec = speculation.vllm_config(k=k, batch_table=batch_table, guard_tables=False)
     if spec:
         kwargs["speculative_config"] = spec
     return kwargs
@@ -275,7 +311,7 @@ def _vllm_command(kind: str, setup: LocalSetup, python: str) -> list[str]:
     base, _ = split_kind(kind)
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server"]
     if match := _VLLM_KIND.fullmatch(base):
-        return cmd + to_cli_args(vllm_kwargs(setup, int(match.group(1))))
+        return cmd + to_cli_args(vllm_kwargs(setup, int(match.group(1)), None, kind_profile(kind)))
     k = setup.preset.speculation.num_speculative_tokens
     guard = guard_settings(kind, setup)
     if base == "vllm-batch":

@@ -85,6 +85,7 @@ def docs_table_sources() -> tuple:
     from the code (the gateway's route table)."""
     from serving.gateway import route_doc
     from serving.records import (
+        acceptance_profiles_table,
         cold_start_table,
         disaggregation_table,
         draft_sampling_gpu_table,
@@ -111,6 +112,7 @@ def docs_table_sources() -> tuple:
         kernel_libraries_table,
         draft_sampling_table,
         draft_sampling_gpu_table,
+        acceptance_profiles_table,
         cold_start_table,
         guard_table,
         routing_table,

@@ -18,7 +18,8 @@
 # an H100 with vLLM 0.34: it is the kept cache directory that shortens a start),
 # START (the bench's --start: staggered, or serial where the card cannot hold several
 # engines' profile runs at once), BUDGET_A/BUDGET_B (seconds for each depth: the first engine on a fresh machine needs
-# ~12 min of the first), ROUNDS_A/ROUNDS_B, DEPTH_A/DEPTH_B, KINDS_A/KINDS_B,
+# ~12 min of the first), ROUNDS_A/ROUNDS_B, DEPTH_A/DEPTH_B, KINDS_A/KINDS_B (KINDS_B set
+# and empty: the first depth only; vllm-kK~PROFILE for an acceptance profile),
 # KV_GIB_A/KV_GIB_B (each engine's KV cache: 2 GiB held 154,814 tokens at 3 layers but
 # 21,888 at 12, too few for 128 streams).
 set -u -o pipefail
@@ -52,12 +53,14 @@ bench() {  # NAME LAYERS BUDGET ROUNDS KV_GIB KINDS...
 # shellcheck disable=SC2086
 bench "depth-${DEPTH_A:-3}" "${DEPTH_A:-3}" "${BUDGET_A:-1020}" "${ROUNDS_A:-2}" "${KV_GIB_A:-2}" \
     ${KINDS_A:-vllm-k0 vllm-k1 vllm-k2 vllm-k3 vllm-batch vllm-guard}
-# shellcheck disable=SC2086
 # A second run at the first's depth gets its own folder (it would overwrite the first's report).
 name_b=depth-${DEPTH_B:-12}
 [ "${DEPTH_B:-12}" = "${DEPTH_A:-3}" ] && name_b=$name_b-b
-bench "$name_b" "${DEPTH_B:-12}" "${BUDGET_B:-300}" "${ROUNDS_B:-1}" "${KV_GIB_B:-12}" \
-    ${KINDS_B:-vllm-k0 vllm-k2}
+kinds_b=${KINDS_B-vllm-k0 vllm-k2}  # set and empty: no second depth
+if [ -n "$kinds_b" ]; then
+    # shellcheck disable=SC2086
+    bench "$name_b" "${DEPTH_B:-12}" "${BUDGET_B:-300}" "${ROUNDS_B:-1}" "${KV_GIB_B:-12}" $kinds_b
+fi
 # Anything compiled outside the cache directory would be lost on a restart: say where.
 echo "== caches outside $cache:"
 du -sh ~/.triton ~/.tilelang ~/.cache/* ~/.deep_gemm /tmp/*cutlass* /tmp/*tvm* 2>/dev/null
