@@ -1,5 +1,6 @@
 """The bench report's plots (matplotlib, PNG): throughput and latency by target, MTP
-acceptance by position, MTP speedup against its cost bound, start-up by stage."""
+acceptance by position, MTP speedup against its cost bound, start-up by stage, and the
+break-even map by acceptance profile."""
 
 from __future__ import annotations
 
@@ -123,6 +124,35 @@ def mtp(report: dict, path: Path) -> bool:
     ax.set_xscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def break_even(report: dict, path: Path) -> bool:
+    """Each profile's k over k = 0 by concurrency, one panel per profile: where the
+    lines cross 1 is where speculation stops paying, and the top line the k to run."""
+    rows = report["figures"].get("break_even") or []
+    profiles = list(dict.fromkeys(r["profile"] for r in rows))
+    if not profiles:
+        return False
+    fig, axes = plt.subplots(1, len(profiles), figsize=(4 * len(profiles), 3.6), squeeze=False)
+    for ax, profile in zip(axes[0], profiles, strict=True):
+        # (concurrency, k -> tok/s); keys are strings once the report went through JSON
+        mine = sorted(
+            (r["concurrency"], {int(k): v for k, v in r["tokens_per_s_by_k"].items()})
+            for r in rows
+            if r["profile"] == profile
+        )
+        for k in sorted({k for _, by_k in mine for k in by_k} - {0}):
+            points = [(c, by_k[k] / by_k[0]) for c, by_k in mine if k in by_k]
+            ax.plot([c for c, _ in points], [v for _, v in points], marker="o", label=f"k={k}")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set(xlabel="concurrency", ylabel="tok/s over k=0", title=profile)
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -335,6 +335,7 @@ def write(report: dict, out_dir: Path, plots_too: bool = True) -> list[Path]:
         ("latency", plots.latency),
         ("acceptance", plots.acceptance),
         ("mtp", plots.mtp),
+        ("break_even", plots.break_even),
         ("starts", plots.starts),
     ]:
         path = out_dir / f"{name}.png"

@@ -154,3 +154,20 @@ def test_the_docs_table_shows_each_profiles_rates_and_lengths():
     text = acceptance_profiles_table.table()
     assert "| `real-thinking` | 0.79 / 0.48 / 0.22 | 1.79 / 2.27 / 2.49 |" in text
     assert text.count("\n| `") == len(PROFILES)
+
+
+def test_the_report_draws_the_map_one_panel_per_profile(tmp_path):
+    import json
+
+    from matplotlib.image import imread
+
+    from serving.bench import plots
+    from serving.bench.report import write
+
+    written = write(_report(), tmp_path)
+    assert tmp_path / "break_even.png" in written
+    assert imread(tmp_path / "break_even.png").shape[1] == 2 * 400  # two profiles, 4 in each
+    # The same from bench.json, whose keys came back as strings.
+    again = json.loads((tmp_path / "bench.json").read_text())
+    assert plots.break_even(again, tmp_path / "again.png")
+    assert not plots.break_even({"figures": {}}, tmp_path / "none.png")
