@@ -14,6 +14,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 from serving.bench.stages import STAGES, top_level  # noqa: E402
 
 
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _over_k0(ax, title: str) -> None:
+    """Axes of throughput over k = 0 by concurrency, 1 (no gain) marked."""
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set(xlabel="concurrency", ylabel="tok/s over k=0", title=title)
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def throughput(report: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for name in report["targets"]:
@@ -27,9 +42,7 @@ def throughput(report: dict, path: Path) -> None:
     ax.set_xscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def latency(report: dict, path: Path) -> None:
@@ -61,9 +74,7 @@ def latency(report: dict, path: Path) -> None:
             ax.set(title=f"{label} p50 by concurrency", xlabel="concurrency", ylabel="ms")
             ax.set_xscale("log", base=2)
             ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def acceptance(report: dict, path: Path) -> None:
@@ -88,9 +99,7 @@ def acceptance(report: dict, path: Path) -> None:
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def mtp(report: dict, path: Path) -> bool:
@@ -115,18 +124,8 @@ def mtp(report: dict, path: Path) -> bool:
                 label=f"k={k} bound",
             )
     cost = blocks[0]["draft_cost_ratio"]
-    ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.set(
-        xlabel="concurrency",
-        ylabel="tok/s over k=0",
-        title="MTP speedup vs bound" + (f" (draft/target cost {cost:.3f})" if cost else ""),
-    )
-    ax.set_xscale("log", base=2)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _over_k0(ax, "MTP speedup vs bound" + (f" (draft/target cost {cost:.3f})" if cost else ""))
+    _save(fig, path)
     return True
 
 
@@ -148,14 +147,8 @@ def break_even(report: dict, path: Path) -> bool:
         for k in sorted({k for _, by_k in mine for k in by_k} - {0}):
             points = [(c, by_k[k] / by_k[0]) for c, by_k in mine if k in by_k]
             ax.plot([c for c, _ in points], [v for _, v in points], marker="o", label=f"k={k}")
-        ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set(xlabel="concurrency", ylabel="tok/s over k=0", title=profile)
-        ax.set_xscale("log", base=2)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        _over_k0(ax, profile)
+    _save(fig, path)
     return True
 
 
@@ -186,7 +179,5 @@ def starts(report: dict, path: Path) -> bool:
     ax.set(xlabel="seconds", title="Start to ready by stage")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path)
     return True
