@@ -41,11 +41,15 @@
 #                                # the golden draft-sampling test on the GPU, then the
 #                                # 12-layer k = 2 bench with greedy and probabilistic drafts
 #   tests/gpu/on-h200.sh draft-sampling-wait
+#   tests/gpu/on-h200.sh routing-realwidth  # tests/gpu/routing_realwidth.sh in the
+#                                # background: default vs prefix routing on two replicas of
+#                                # the 12-layer V4-Flash bench model (an H200), long prefixes
+#   tests/gpu/on-h200.sh routing-realwidth-wait
 # On a GPU node with the CUDA image the same steps are `make test-gpu`,
 # `python3 -m tests.gpu.serve_smoke --out DIR` and the bench command below; nothing here is
 # specific to the lent machine but the kit's environment file.
 set -u -o pipefail
-step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait|pd-fp8-forward|pd-fp8-forward-wait|pd-bench|pd-bench-wait|cold-start|cold-start-wait|draft-sampling|draft-sampling-wait}
+step=${1:?usage: on-h200.sh suite|bench|guard|guard-long|guard-wait|prefix|routing|wait|realwidth|realwidth-wait|pd-fp8-forward|pd-fp8-forward-wait|pd-bench|pd-bench-wait|cold-start|cold-start-wait|draft-sampling|draft-sampling-wait|routing-realwidth|routing-realwidth-wait}
 OUT=${OUT:?set OUT}
 if [ -f /tmp/site/gpu-kit.env ]; then . /tmp/site/gpu-kit.env; fi
 export PYTHONUNBUFFERED=1 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
@@ -403,6 +407,19 @@ draft-sampling-wait)
     wait_job draft-sampling
     tar czf "$OUT/draft-sampling.tgz" --exclude='logs' -C "$work" draft-sampling
     tar czf "$OUT/draft-sampling-logs.tgz" -C "$work" draft-sampling 2>/dev/null
+    exit "$job_rc"
+    ;;
+routing-realwidth)
+    rm -rf "$work/routing-realwidth"
+    mkdir -p "$work/routing-realwidth"
+    copy_src
+    [ -f "$work/jit/manifest.json" ] || seed_jit
+    start_job routing-realwidth routing_realwidth.sh
+    ;;
+routing-realwidth-wait)
+    wait_job routing-realwidth
+    tar czf "$OUT/routing-realwidth.tgz" --exclude='logs' -C "$work" routing-realwidth
+    tar czf "$OUT/routing-realwidth-logs.tgz" -C "$work" routing-realwidth 2>/dev/null
     exit "$job_rc"
     ;;
 *) echo "unknown step $step"; exit 2 ;;

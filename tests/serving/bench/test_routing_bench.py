@@ -81,3 +81,44 @@ def test_targets_are_ratios_of_the_arms():
     }
     assert "0.95 (target >= 0.8)" in markdown({"arms": {PREFIX: fast}, "compare": result})
     assert compare({PREFIX: fast})["met"] == {"prefix_max_share": True}
+
+
+def test_the_real_width_gpu_script_runs_a_bench_our_cli_accepts(tmp_path):
+    """tests/gpu/routing_realwidth.sh with python3 standing in: each run's command line is
+    one `dsv4-serve bench` takes, its three arms on the bench model, two replicas sharing
+    the GPU, the context long enough for the prefix."""
+    import os
+    import shlex
+    import subprocess
+
+    from serving.bench.command import bench_setup
+    from serving.cli import build_parser
+    from tests.support.paths import ROOT
+
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    seen = tmp_path / "argv.txt"
+    (shim / "python3").write_text(
+        f'#!/bin/sh\n[ "$2" = serving.cli ] && echo "$@" >> {shlex.quote(str(seen))}\nexit 0\n'
+    )
+    (shim / "python3").chmod(0o755)
+    env = os.environ | {"PATH": f"{shim}:{os.environ['PATH']}", "PREFIXES": "8192 32768"}
+    run = subprocess.run(
+        ["bash", "tests/gpu/routing_realwidth.sh", str(tmp_path / "out"), str(tmp_path / "jit")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = seen.read_text().splitlines()
+    assert len(lines) == 4  # two prefixes at concurrency 8 and 32
+    for line in lines:
+        argv = line.split()[2:]  # past "-m serving.cli"
+        args = build_parser().parse_args(argv)
+        setup = bench_setup(args)
+        assert args.routing and args.local == ["ray-app", "ray-app-prefix", "ray-app-single"]
+        assert setup.preset.model.bench.layers == 12
+        assert setup.preset.deployment.replicas == 2 and setup.preset.accelerator.gpu_share == 0.45
+        assert setup.preset.engine_args["max_model_len"] > args.system_words
