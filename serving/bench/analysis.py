@@ -139,22 +139,25 @@ def break_even(report: dict) -> list[dict]:
                 for k, name in {0: "vllm-k0", **targets}.items()
                 if (entry := level(report, name, concurrency)) and entry["output_tokens_per_s"]
             }
-            if 0 not in by_k or len(by_k) < 2:
-                continue
-            ranked = sorted(by_k, key=by_k.get, reverse=True)
-            best, runner_up = ranked[0], ranked[1]
-            rows.append(
-                {
-                    "profile": acceptance,
-                    "concurrency": concurrency,
-                    "tokens_per_s_by_k": dict(sorted(by_k.items())),
-                    "best_k": best,
-                    "over_next_best": by_k[best] / by_k[runner_up],
-                    "next_best_k": runner_up,
-                    "over_k0": by_k[best] / by_k[0],
-                }
-            )
+            if 0 in by_k and len(by_k) > 1:
+                rows.append(break_even_row(acceptance, concurrency, by_k))
     return rows
+
+
+def break_even_row(acceptance: str, concurrency: int, by_k: dict[int, float]) -> dict:
+    """One cell of the map: k -> output tok/s (k = 0 among them), the k that made the
+    most, and by how much it beat the next best and k = 0."""
+    ranked = sorted(by_k, key=by_k.get, reverse=True)
+    best, runner_up = ranked[0], ranked[1]
+    return {
+        "profile": acceptance,
+        "concurrency": concurrency,
+        "tokens_per_s_by_k": dict(sorted(by_k.items())),
+        "best_k": best,
+        "over_next_best": by_k[best] / by_k[runner_up],
+        "next_best_k": runner_up,
+        "over_k0": by_k[best] / by_k[0],
+    }
 
 
 def _k_of(base: str) -> int | None:

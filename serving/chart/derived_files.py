@@ -86,6 +86,7 @@ def docs_table_sources() -> tuple:
     from serving.gateway import route_doc
     from serving.records import (
         acceptance_profiles_table,
+        break_even_table,
         cold_start_table,
         disaggregation_table,
         draft_sampling_gpu_table,
@@ -108,6 +109,7 @@ def docs_table_sources() -> tuple:
         disaggregation_table,
         forward_table,
         mtp_concurrency_table,
+        break_even_table,
         pd_table,
         kernel_libraries_table,
         draft_sampling_table,
