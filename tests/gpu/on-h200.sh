@@ -142,16 +142,25 @@ wait_job() {  # NAME
         echo "job $1 still running after ${WAIT_S:-540} s: poll again"
     fi
 }
-# What a step that collects a background bench exits with: 0 once its report is written,
-# 75 while the bench still runs (poll again), 1 when it ended without one.
-report_rc() {  # REPORT OUT_DIR_NAME
-    if [ -f "$1" ]; then
-        echo 0
-    elif pgrep -f "[s]erving.cli bench .*/$2" >/dev/null; then
+# A bench that outlives this call: COMMAND... in the background, its output in LOG and its
+# exit status in DIR/status when it ends.
+start_bench() {  # DIR LOG COMMAND...
+    local dir=$1 log=$2
+    shift 2
+    rm -f "$dir/status"
+    setsid nohup bash -c '"$@"; echo $? > "$0"' "$dir/status" "$@" > "$log" 2>&1 < /dev/null &
+}
+# What a step that collects a background bench exits with: the bench's own exit status
+# once it ended (1 where it ended 0 without its report), 75 while it still runs (poll again).
+bench_rc() {  # DIR REPORT
+    if [ ! -f "$1/status" ]; then
+        echo "the bench in $1 still runs: poll again" >&2
         echo 75
-    else
-        echo "the bench ended without $1" >&2
+    elif [ "$(cat "$1/status")" = 0 ] && [ ! -f "$2" ]; then
+        echo "the bench ended without $2" >&2
         echo 1
+    else
+        cat "$1/status"
     fi
 }
 case $step in
@@ -238,23 +247,24 @@ guard-long)
     sets=()
     for s in ${GUARD_SETS:-}; do sets+=(--set "$s"); done
     # shellcheck disable=SC2086
-    setsid nohup timeout "${BENCH_TIMEOUT:-1250}" python3 -m serving.cli bench \
-        --preset gpu-golden "${sets[@]}" --local ${GUARD_TARGETS:-vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard} \
+    start_bench "$work/bench-guard-long" "$work/bench-guard-long/guard.log" \
+        timeout "${BENCH_TIMEOUT:-1250}" python3 -m serving.cli bench --preset gpu-golden \
+        "${sets[@]}" --local ${GUARD_TARGETS:-vllm-k0 vllm-k1 vllm-k2 vllm-batch vllm-guard} \
         --start staggered --workloads ${GUARD_WORKLOADS:-high half zero mixed} --concurrency 1 8 64 \
         --requests "${REQUESTS:-48}" --requests-per-stream 16 --rounds "${BENCH_ROUNDS:-2}" \
         --max-tokens 64 --switch-requests "${SWITCH_REQUESTS:-3072}" --switch-concurrency 16 \
         --budget-s "${BENCH_BUDGET:-1150}" --logs "$work/bench-guard-long/logs" \
-        --out "$work/bench-guard-long" > "$work/bench-guard-long/guard.log" 2>&1 < /dev/null &
+        --out "$work/bench-guard-long"
     sleep 5
     tail -3 "$work/bench-guard-long/guard.log"
     ;;
 guard-wait)
-    until [ -f "$work/bench-guard-long/guard-report.json" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
+    until [ -f "$work/bench-guard-long/status" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
         sleep 10
     done
     tail -25 "$work/bench-guard-long/guard.log"
     tar czf "$OUT/bench-guard-long.tgz" -C "$work" bench-guard-long
-    exit "$(report_rc "$work/bench-guard-long/guard-report.json" bench-guard-long)"
+    exit "$(bench_rc "$work/bench-guard-long" "$work/bench-guard-long/guard-report.json")"
     ;;
 prefix)
     export DSV4_GPU_OUT=$work/prefix DSV4_GPU_JOBS='prefix-cache-.*'
@@ -269,24 +279,24 @@ prefix)
 routing)
     rm -rf "$work/bench-routing-gpu"
     mkdir -p "$work/bench-routing-gpu"
-    setsid nohup timeout "${BENCH_TIMEOUT:-1200}" python3 -m serving.cli bench --routing \
+    start_bench "$work/bench-routing-gpu" "$work/bench-routing-gpu/bench.log" \
+        timeout "${BENCH_TIMEOUT:-1200}" python3 -m serving.cli bench --routing \
         --preset gpu-golden --local ray-app ray-app-prefix ray-app-single \
         --set accelerator.gpu_share=0.45 \
         --conversations "${CONVERSATIONS:-32}" --turns 4 --system-words 1500 --unrelated 16 \
         --concurrency 16 --max-tokens 32 --rounds "${BENCH_ROUNDS:-1}" \
-        --logs "$work/bench-routing-gpu/logs" --out "$work/bench-routing-gpu" \
-        > "$work/bench-routing-gpu/bench.log" 2>&1 < /dev/null &
+        --logs "$work/bench-routing-gpu/logs" --out "$work/bench-routing-gpu"
     sleep 5
     tail -3 "$work/bench-routing-gpu/bench.log"
     ;;
 wait)
-    until [ -f "$work/bench-routing-gpu/routing.json" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
+    until [ -f "$work/bench-routing-gpu/status" ] || [ "$SECONDS" -gt "${WAIT_S:-540}" ]; do
         sleep 10
     done
     tail -15 "$work/bench-routing-gpu/bench.log"
     tar czf "$OUT/bench-routing-gpu.tgz" --exclude=logs -C "$work" bench-routing-gpu
     tar czf "$OUT/bench-routing-logs.tgz" -C "$work/bench-routing-gpu" logs 2>/dev/null
-    exit "$(report_rc "$work/bench-routing-gpu/routing.json" bench-routing-gpu)"
+    exit "$(bench_rc "$work/bench-routing-gpu" "$work/bench-routing-gpu/routing.json")"
     ;;
 realwidth)
     rm -rf "$work/realwidth"

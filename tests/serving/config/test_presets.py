@@ -217,7 +217,7 @@ def vllm_parser():
     return cli_args().make_arg_parser(FlexibleArgumentParser())
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", list_presets())
 def test_every_engine_argument_parses_with_vllms_own_parser(preset: str, vllm_parser):
     from ray.serve.llm import LLMConfig
 
@@ -260,7 +260,7 @@ def _local_kind(preset) -> str:
     return f"vllm-k{preset.speculation.num_speculative_tokens}"
 
 
-@pytest.mark.parametrize("preset", [*PRESETS, "gpu-golden", "h200-flash-bench"])
+@pytest.mark.parametrize("preset", list_presets())
 def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_parser, monkeypatch):
     """The Serve app (Ray Serve LLM's split of the engine kwargs), the preset check, the
     local launcher and every bench arm at the preset's k, forward_compare and, for the
@@ -308,7 +308,7 @@ def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_pa
         assert not differ, f"{preset}: {name} differs from the Serve app: {differ}"
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", list_presets())
 def test_every_env_var_is_one_its_reader_knows(preset: str):
     import vllm.envs
 
@@ -320,7 +320,7 @@ def test_every_env_var_is_one_its_reader_knows(preset: str):
             assert name in OTHER_ENV, f"{preset}: {name} needs its source in OTHER_ENV"
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", list_presets())
 def test_every_speculative_method_is_one_vllm_accepts(preset: str):
     from vllm.config.speculative import DraftSampleMethod, SpeculativeMethod
 
