@@ -12,7 +12,7 @@
 # that both engines of the first H100 run died in (vllm/config/vllm.py,
 # _resolve_extensible_kv_cache): so a failure tells that warm-up from the golden model.
 # Environment: LAYERS (bench depth, 12), KV_GIB (12), CONCURRENCY ("1 8 32 64"), BENCH (1),
-# GOLDEN (1).
+# GOLDEN (1), GOLDEN_ARMS ("default fixed-kv", in that order).
 set -u -o pipefail
 out=${1:?usage: draft_sampling.sh OUT_DIR CACHE_DIR}
 cache=${2:?usage: draft_sampling.sh OUT_DIR CACHE_DIR}
@@ -45,13 +45,18 @@ for method in "${methods[@]}"; do
         --budget-s 420 --logs "$out/$method/logs" --out "$out/$method" || failed=1
 done
 if [ "${GOLDEN:-1}" = 1 ]; then
-    golden default gpu-golden
     python3 -c 'import sys, yaml
 from serving.config.preset import raw_preset
 data = raw_preset("gpu-golden")
 data["engine_args"]["kv_cache_memory_bytes"] = 2 << 30
 yaml.safe_dump(data, sys.stdout, sort_keys=False)' > "$out/gpu-golden-fixed-kv.yaml"
-    golden fixed-kv "$out/gpu-golden-fixed-kv.yaml"
+    for arm in ${GOLDEN_ARMS:-default fixed-kv}; do
+        case $arm in
+        default) golden default gpu-golden ;;
+        fixed-kv) golden fixed-kv "$out/gpu-golden-fixed-kv.yaml" ;;
+        *) echo "unknown golden arm $arm"; failed=1 ;;
+        esac
+    done
 fi
 echo "$failed" > "$out/failed"
 stamp "done (failed=$failed)"
