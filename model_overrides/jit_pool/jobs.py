@@ -104,7 +104,8 @@ class TensorLayout:
         out = torch.empty_strided(
             self.shape, self.stride, dtype=getattr(torch, self.dtype), device=device
         )
-        out.view(torch.uint8).zero_() if out.element_size() == 1 else out.zero_()
+        # One-byte types (FP8 among them) through a byte view: the zero bit pattern.
+        (out.view(torch.uint8) if out.element_size() == 1 else out).zero_()
         return out
 
 
