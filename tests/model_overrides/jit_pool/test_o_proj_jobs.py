@@ -27,11 +27,13 @@ O_PROJ = Path(vllm.__file__).parent / "models" / "deepseek_v4" / "nvidia" / "ops
 class _WoA(nn.Module):
     def __init__(self, dtype: torch.dtype, scale_name: str = "weight_scale_inv") -> None:
         super().__init__()
-        # V4-Flash: 8 groups of o_lora_rank 1024 over a group's 8 heads of 512.
+        # V4-Flash: 8 groups of o_lora_rank 1024 over a group's 8 heads of 512, as an engine
+        # holds them once loaded (fp8_utils.deepgemm_post_process_fp8_weight_block makes the
+        # checkpoint's 2-D weight and scale (groups, rank, K) and (groups, rank/128, K/128)).
         self.weight = nn.Parameter(
-            torch.empty(8 * 1024, 4096, dtype=dtype, device="meta"), requires_grad=False
+            torch.empty(8, 1024, 4096, dtype=dtype, device="meta"), requires_grad=False
         )
-        setattr(self, scale_name, torch.empty(8 * 8, 32, device="meta"))
+        setattr(self, scale_name, torch.empty(8, 8, 32, device="meta"))
 
 
 class _Rotary(nn.Module):
@@ -77,7 +79,7 @@ def test_the_case_passes_what_vllms_layer_passes():
     assert case is not None
     assert case.call_kwargs() == {k.arg: _evaluate(k.value, layer) for k in call.keywords}
     assert case.cos_sin_cache == TensorLayout.of(_evaluate(call.args[2], layer))
-    assert case.weight == TensorLayout((8192, 4096), (4096, 1), "float8_e4m3fn")
+    assert case.weight == TensorLayout((8, 1024, 4096), (4096 * 1024, 4096, 1), "float8_e4m3fn")
     assert case.scale_name == "weight_scale_inv"
 
 
@@ -110,7 +112,7 @@ def test_layers_without_deep_gemms_einsum_are_left_alone():
 
 def test_the_scale_is_found_under_the_name_vllm_looks_for_first():
     layer = _Attention()
-    layer.wo_a.weight_scale = torch.empty(64, 32, device="meta")
+    layer.wo_a.weight_scale = torch.empty(8, 8, 32, device="meta")
     assert jit_jobs.o_proj_case(layer).scale_name == "weight_scale"
 
 
