@@ -5,7 +5,7 @@ bench runs."""
 from __future__ import annotations
 
 from serving.bench.acceptance_profiles import PROFILES
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 
 DOC = "docs/speculation.md"
 REGION = "acceptance-profiles"
@@ -24,5 +24,5 @@ def table() -> str:
             " / ".join(f"{length:.2f}" for length in p.acceptance_lengths),
             p.source,
         ]
-        lines.append("| " + " | ".join(table_cell(c) for c in cells) + " |")
+        lines.append(table_row(cells))
     return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import ROOT
 
 SUMMARY = "docs/bench-realwidth/break-even-h100-6-layers.json"
@@ -39,9 +39,7 @@ def table(summary: dict[str, Any] | None = None) -> str:
     ]
     for profile in profiles:
         found = [_cell(cell.get((profile, c))) for c in levels]
-        lines.append(
-            f"| {table_cell(profile)} | " + " | ".join(table_cell(f) for f in found) + " |"
-        )
+        lines.append(table_row([profile, *found]))
     lengths = "; ".join(
         f"{name} {' / '.join(f'{x:.2f}' for x in p['acceptance_lengths'])}"
         for name, p in summary["profiles"].items()

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import ROOT
 
 SUMMARIES = (
@@ -120,8 +120,7 @@ def table(runs: list[Run] | None = None) -> str:
     head = " | ".join(f"{r['gpu']['name']}, {r['date']} ({r['commit']})" for r in runs)
     lines = [f"| | {head} |", "|---" * (len(runs) + 1) + "|"]
     for label, cell in ROWS:
-        cells = " | ".join(table_cell(cell(r)) for r in runs)
-        lines.append(f"| {table_cell(label)} | {cells} |")
+        lines.append(table_row([label, *(cell(r) for r in runs)]))
     sources = "; ".join(
         f"`{path}` (vLLM {r['versions']['vllm']}, driver {r['gpu']['driver']},"
         f" {r['gpu']['cpu_cores']} cores)"

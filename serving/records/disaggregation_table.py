@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import Record, load
 
 RECORD = "disaggregation_cpu"
@@ -57,5 +57,5 @@ def table(record: Record | None = None) -> str:
     record = record or load(RECORD)
     lines = ["| case | measured |", "|---|---|"]
     for case, cell in ROWS:
-        lines.append(f"| {table_cell(case)} | {table_cell(cell(record.figures))} |")
+        lines.append(table_row([case, cell(record.figures)]))
     return "\n".join(lines) + f"\n\nMeasured: {record.source()}.\n"

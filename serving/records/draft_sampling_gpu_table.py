@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import ROOT
 
 SUMMARIES = (
@@ -46,7 +46,7 @@ def table(runs: list[Run] | None = None) -> str:
     ]
     for path, run in zip(SUMMARIES, runs, strict=True):
         for row in _rows(path, run):
-            lines.append("| " + " | ".join(table_cell(c) for c in row) + " |")
+            lines.append(table_row(row))
     sources = "; ".join(
         f"`{path}` (vLLM {r['versions']['vllm']}, commit {r['commit']}: {r['command']})"
         for path, r in zip(SUMMARIES, runs, strict=True)

@@ -5,7 +5,7 @@ greedy and probabilistic drafts beside what the design says they must."""
 from __future__ import annotations
 
 from serving.golden import GoldenDesign
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import Record, load
 
 RECORD = "draft_sampling_cpu"
@@ -43,7 +43,7 @@ def table(record: Record | None = None) -> str:
             f"{1 + sum(measured):.2f} ({1 + sum(designed):.2f})",
             f"{run['favourite'] / run['tokens']:.3f} of {run['tokens']:,} ({favourite:.3f})",
         ]
-        lines.append("| " + " | ".join(table_cell(c) for c in cells) + " |")
+        lines.append(table_row(cells))
     return (
         "\n".join(lines)
         + f"\n\nk = {f['k']}, the target spread over {f['next_token_choices']} words, the "

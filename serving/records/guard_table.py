@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import bench_machine, table_cell
+from serving.records.regions import bench_machine, table_row
 from serving.records.store import ROOT
 
 # (the machine as the table names it, the run's guard report). The reports' `bench.json`
@@ -54,7 +54,7 @@ def _row(machine: str, path: str, report: Report, i: int, cell: dict[str, Any]) 
         f"{cell['guard_vs_best_static']:.3f} ({best})",
         f"{cell['guard_vs_batch_table']:.3f}",
     ]
-    return "| " + " | ".join(table_cell(x) for x in cells) + " |"
+    return table_row(cells)
 
 
 def _source(path: str, report: Report) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import ROOT
 
 SUMMARY = "docs/bench-kernels/bench.json"
@@ -46,10 +46,6 @@ def _isas(report: Report) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _line(cells: list[str]) -> str:
-    return "| " + " | ".join(table_cell(x) for x in cells) + " |"
-
-
 def table(report: Report | None = None) -> str:
     report = report or json.loads((ROOT / SUMMARY).read_text())
     concurrency = report["plan"]["concurrency"]
@@ -59,12 +55,12 @@ def table(report: Report | None = None) -> str:
     ]
     for c in concurrency:
         native = [f"{_native(report, k, c):.1f}" for k in KS]
-        lines.append(_line(["`_C` (native)", str(c), *native, "-", "-"]))
+        lines.append(table_row(["`_C` (native)", str(c), *native, "-", "-"]))
     for isa in _isas(report):
         for c in concurrency:
             rows = [_fallback(report, isa, k, c) for k in KS]
             lines.append(
-                _line(
+                table_row(
                     [
                         f"`_C_{isa.upper()}` (fallbacks)",
                         str(c),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import ROOT
 
 SUMMARY = "docs/bench-realwidth/vllm034-h100-mtp.json"
@@ -75,7 +75,7 @@ def _row(summary: dict[str, Any], run: str, target: str, baseline: str | None) -
         figures = [f"{x:.0f} ({x / b:.2f}x)" for x, b in zip(got, base, strict=True)]
     layers = summary["runs"][run]["layers"]
     cells = [str(layers), TARGETS[target], *figures, _acceptance(_cells(summary, run, target))]
-    return "| " + " | ".join(table_cell(x) for x in cells) + " |"
+    return table_row(cells)
 
 
 def table(summary: dict[str, Any] | None = None) -> str:

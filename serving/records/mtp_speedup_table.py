@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import bench_machine, table_cell
+from serving.records.regions import bench_machine, table_row
 from serving.records.store import ROOT
 
 # (the machine as the table names it, the run's report). The CPU run predates the report's
@@ -60,7 +60,7 @@ def _rows(machine: str, path: str, report: Report) -> list[str]:
                 speedup,
                 _ratio(got["bound"]),
             ]
-            rows.append("| " + " | ".join(table_cell(x) for x in cells) + " |")
+            rows.append(table_row(cells))
     return rows
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import ROOT
 
 SUMMARY = "docs/bench-pd-gpu/pd.json"
@@ -66,7 +66,7 @@ def _row(summary: Summary, c: str) -> str:
         cells = [c, _figures(one), _figures(pd), _ratios(summary, c)]
     else:
         cells = [c, f"({_figures(one)})", f"({_figures(pd)})", "not comparable (below)"]
-    return "| " + " | ".join(table_cell(x) for x in cells) + " |"
+    return table_row(cells)
 
 
 def table(summary: Summary | None = None) -> str:

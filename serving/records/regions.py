@@ -3,6 +3,8 @@ markers; the prose around it stays the author's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 BEGIN = "<!-- generated: {} (dsv4-serve generate; do not edit) -->"
 END = "<!-- end generated: {} -->"
 
@@ -10,6 +12,11 @@ END = "<!-- end generated: {} -->"
 def table_cell(text: str) -> str:
     """Text as one markdown table cell: one line, pipes escaped."""
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def table_row(cells: Iterable[str]) -> str:
+    """One markdown table row of ``cells``, each made a cell by ``table_cell``."""
+    return "| " + " | ".join(table_cell(c) for c in cells) + " |"
 
 
 def with_region(text: str, name: str, body: str) -> str:

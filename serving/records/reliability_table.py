@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import Record, load
 
 RECORDS = ("reliability", "key_limits")
@@ -211,10 +211,6 @@ def table(records: dict[str, Record] | None = None) -> str:
     for row in ROWS:
         case = row.case(figures) if callable(row.case) else row.case
         measured = row.measured(figures) if row.measured else "—"
-        lines.append(
-            "| "
-            + " | ".join(table_cell(c) for c in (case, row.test, row.behaviour, measured))
-            + " |"
-        )
+        lines.append(table_row([case, row.test, row.behaviour, measured]))
     sources = "; ".join(rec.source() for rec in records.values())
     return "\n".join(lines) + f"\n\nMeasured: {sources}.\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import bench_machine, table_cell
+from serving.records.regions import bench_machine, table_row
 from serving.records.store import ROOT
 
 # (the machine as the table names it, the run's summary). docs/bench-routing/routing.json,
@@ -71,7 +71,7 @@ def _row(machine: str, path: str, summary: Summary, arm: str, label: str) -> str
         _tok_s(got["output_tokens_per_s"]),
         replicas,
     ]
-    return "| " + " | ".join(table_cell(x) for x in cells) + " |"
+    return table_row(cells)
 
 
 def _source(path: str, summary: Summary) -> str:

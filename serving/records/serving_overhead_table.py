@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.records.regions import table_cell
+from serving.records.regions import table_row
 from serving.records.store import ROOT
 
 SUMMARY = "docs/bench-routing/fast-path/bench.json"
@@ -50,7 +50,7 @@ def _ms(value: float | None) -> str:
 
 def _row(label: str, app: str, base: str, against: str, goal: str) -> str:
     cells = [label, app, base, f"**{against}**", goal]
-    return "| " + " | ".join(table_cell(x) for x in cells) + " |"
+    return table_row(cells)
 
 
 def table(report: Report | None = None) -> str:
