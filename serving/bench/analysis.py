@@ -127,7 +127,7 @@ def break_even(report: dict) -> list[dict]:
     profiles: dict[str, dict[int, str]] = {}
     for name in report["targets"]:
         base, _, acceptance = name.partition("~")
-        if (k := _k_of(base)) is None or "@" in name or (k == 0 and acceptance):
+        if (k := static_k(base)) is None or "@" in name or (k == 0 and acceptance):
             continue
         if k:
             profiles.setdefault(acceptance or "preset", {})[k] = name
@@ -160,6 +160,7 @@ def break_even_row(acceptance: str, concurrency: int, by_k: dict[int, float]) ->
     }
 
 
-def _k_of(base: str) -> int | None:
-    head, _, k = base.partition("vllm-k")
+def static_k(target: str) -> int | None:
+    """K of a ``vllm-kK`` target (vLLM's server at a static k), None for any other name."""
+    head, _, k = target.partition("vllm-k")
     return int(k) if not head and k.isdigit() else None

@@ -25,16 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from serving.bench.acceptance_profiles import PROFILES, AcceptanceProfile
-from serving.bench.analysis import break_even_row
+from serving.bench.analysis import break_even_row, static_k
 
 MEASURED = "measured"  # the run's own acceptance, as a profile of the map
 
 
 def _k(target: str) -> int:
-    head, _, k = target.partition("vllm-k")
-    if head or not k.isdigit():
+    if (k := static_k(target)) is None:
         raise ValueError(f"{target!r} is not a vllm-kK target")
-    return int(k)
+    return k
 
 
 def project(cells: dict[str, dict[str, dict]], profiles: list[AcceptanceProfile]) -> list[dict]:

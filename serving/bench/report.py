@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from serving.bench import plots
-from serving.bench.analysis import break_even, kernel_library_cost, mtp_speedup, serving_overhead
+from serving.bench.analysis import (
+    break_even,
+    kernel_library_cost,
+    mtp_speedup,
+    serving_overhead,
+    static_k,
+)
 from serving.bench.stages import STAGES
 
 
@@ -22,7 +27,7 @@ def _num(value: float | None, fmt: str = "{:.2f}") -> str:
 def figures(report: dict) -> dict:
     """Headline figures when the report has the targets they need."""
     names = set(report["targets"])
-    ks = sorted(int(m.group(1)) for n in names if (m := re.fullmatch(r"vllm-k(\d+)", n)))
+    ks = sorted(k for n in names if (k := static_k(n)) is not None)
     out: dict = {}
     if 0 in ks and len(ks) > 1:
         low = min(report["plan"]["concurrency"])
