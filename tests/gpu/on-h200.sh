@@ -115,6 +115,15 @@ seed_jit() {
         cat .jit-seed/jit.tgz.part* | tar xzf - -C "$work/jit" && echo "jit seed: $(du -sh "$work/jit")"
     fi
 }
+# The cache a later step starts from: after cold-start on the same machine, its warmed cache
+# with what its traffic added; else the kept cache directory; else the carried seed.
+reuse_jit() {
+    if [ -d "$work/jit-imported" ]; then
+        mkdir -p "$work/jit" && cp -an "$work/jit-imported/." "$work/jit/"
+    elif [ ! -f "$work/jit/manifest.json" ]; then
+        seed_jit
+    fi
+}
 # A job that outlives this call, run from its copy of the sources with the kept cache
 # directory: tests/gpu/SCRIPT OUT_DIR CACHE_DIR, its log in $work/NAME/job.log and its exit
 # status in $work/NAME/status when it ends.
@@ -310,7 +319,7 @@ realwidth)
         # Three engines' profile runs at once beside a running one exceeded 80 GB.
         export START=${START:-serial}
     fi
-    seed_jit
+    reuse_jit
     # With RAY_SMOKE=1 the Ray app smoke runs beside it (its engine holds ~4 GB), started
     # first so that it is done before the bench's load cells. It fills the same cache
     # directory, so that what it compiles is kept too.
@@ -405,12 +414,7 @@ draft-sampling)
     rm -rf "$work/draft-sampling"
     mkdir -p "$work/draft-sampling"
     copy_src
-    # After cold-start on the same machine: its warmed cache with what its traffic added.
-    if [ -d "$work/jit-imported" ]; then
-        mkdir -p "$work/jit" && cp -an "$work/jit-imported/." "$work/jit/"
-    elif [ ! -f "$work/jit/manifest.json" ]; then
-        seed_jit
-    fi
+    reuse_jit
     start_job draft-sampling draft_sampling.sh
     ;;
 draft-sampling-wait)
@@ -423,7 +427,7 @@ routing-realwidth)
     rm -rf "$work/routing-realwidth"
     mkdir -p "$work/routing-realwidth"
     copy_src
-    [ -f "$work/jit/manifest.json" ] || seed_jit
+    reuse_jit
     start_job routing-realwidth routing_realwidth.sh
     ;;
 routing-realwidth-wait)
