@@ -153,3 +153,34 @@ def test_docs_hold_results_not_runs():
     big = [p.name for p in paths if p.suffix == ".json" and p.stat().st_size > 100_000]
     assert not big, big
     assert sum(p.stat().st_size for p in paths) < 4 * 2**20
+
+
+# A measured figure: seconds, a decimal ratio, a share or a rate.
+MEASURED = re.compile(r"\b\d+(?:\.\d+)? ?(?:s|ms|tok/s)\b|\b\d+(?:\.\d+)?%|\b\d+\.\d+x\b")
+
+
+def _column(path: Path, header: str, heading: str) -> list[str]:
+    """The cells under HEADER of the first table after HEADING in PATH."""
+    text = path.read_text()
+    rows = [line for line in text[text.index(heading) :].splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]] for row in rows]
+    index = cells[0].index(header)
+    end = next((i for i, row in enumerate(cells[2:], 2) if len(row) != len(cells[0])), None)
+    return [row[index] for row in cells[2:end]]
+
+
+@pytest.mark.parametrize(
+    ("path", "header", "heading"),
+    [
+        (DOCS / "validation.md", "result", "## The matrix"),
+        (README, "validated on", "| preset | model, hardware"),
+    ],
+    ids=["validation-matrix", "readme-presets"],
+)
+def test_status_tables_link_figures_not_copy_them(path: Path, header: str, heading: str):
+    """Status tables say what ran and link its record: a figure copied by hand into them
+    drifts from the record that benchmarks.md renders."""
+    cells = _column(path, header, heading)
+    assert len(cells) > 5, f"{path.name}: no '{header}' column found under {heading!r}"
+    copied = [m.group(0) for cell in cells for m in MEASURED.finditer(cell)]
+    assert not copied, f"{path.name}: measured figures in '{header}': {copied}"
