@@ -147,7 +147,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     for path in stale:
         print(f"out of date: {path} (run `dsv4-serve generate`)", file=sys.stderr)
     if not stale:
-        print("generated chart files match serving/")
+        print("every generated file (chart, docs tables, CLI reference) matches its source")
     return 1 if stale else 0
 
 

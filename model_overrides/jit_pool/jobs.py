@@ -15,13 +15,13 @@ compile (vLLM 0.34 source, ``vllm/model_executor/warmup/``):
   (``csrc/jit_kernels/impls/sm90_tf32_hc_prenorm_gemm.hpp``); vLLM picks the count from the
   batch's token count and the GPU's SM count (``kernels/mhc/tilelang.py``,
   ``compute_num_split``), so prefill chunks past the CUDA-graph sizes reach counts that no
-  warm-up compiles: each was a 2-3 s stall in traffic. The jobs are every count a batch of
+  warm-up compiles: each was a stall in traffic. The jobs are every count a batch of
   up to ``max_num_batched_tokens`` tokens can take, for each mix shape the model holds.
 - ``o_proj_einsum``: DeepSeek-V4's grouped output projection (``wo_a``), an FP8 batched
   GEMM through DeepGEMM's ``fp8_einsum`` (``models/deepseek_v4/nvidia/ops/o_proj.py``,
   ``deep_gemm_fp8_o_proj``) that no warm-up of vLLM's runs. DeepGEMM picks its block
   config from the token count, so a prefill chunk of a new size compiled one while
-  serving (a 7 s TTFT stall on the H100). A worker runs vLLM's own o_proj at every token
+  serving (a TTFT stall, docs/cold-start.md). A worker runs vLLM's own o_proj at every token
   count of its run, up to ``max_num_batched_tokens``: every count, not vLLM's relaxed M
   list, whose wave model is the dense GEMM's and leaves out the group count.
 """

@@ -31,13 +31,14 @@ from model_overrides.jit_pool.jobs import CompileJob, JobResult, JobSet
 
 JOBS_ENV = "DSV4_JIT_JOBS"  # worker processes; 0 or 1 turns the pool off
 # The default's ceiling: each worker holds a Python with torch and vLLM (1-2 GB of host
-# memory) and, for DeepGEMM's jobs, a CUDA context on the engine's GPU; 16 ran on an H100
-# node (docs/cold-start.md). A 200-core node would otherwise start 200 of them.
+# memory) and, for DeepGEMM's jobs, a CUDA context on the engine's GPU (what 16 cost a
+# node: docs/cold-start.md). A 200-core node would otherwise start 200 of them.
 DEFAULT_MAX_JOBS = 16
 LOCK_NAME = ".dsv4-jit-pool.lock"
 LEDGER_NAME = "dsv4-jit-pool-compiled.txt"
-# The slow kind first: a TileLang key takes 13-100 s, a run of DeepGEMM M values ~10-40 s,
-# a run of o_proj token counts a few configs of 2-5 s, an mHC GEMM kernel 2-3 s.
+# The slow kind first, so that the longest jobs do not start last: a TileLang key is one
+# long compile, a run of DeepGEMM M values or o_proj token counts several configs, an mHC
+# GEMM job one small kernel.
 KIND_ORDER = {"jit_key": 0, "fp8_gemm_nt": 1, "o_proj_einsum": 2, "hc_prenorm_gemm": 3}
 
 

@@ -25,8 +25,8 @@ from typing import Any
 FP8 = 1.0 + 4.0 / (128 * 128)
 FP4 = 0.5 + 1.0 / 32
 BF16 = 2.0
-# H200's HBM3e per NVIDIA's datasheet; a device-to-device copy measured about 4.3 TB/s on
-# the project's H200 (counting bytes read and written).
+# H200's HBM3e per NVIDIA's datasheet: a ceiling, which a device-to-device copy does not
+# reach.
 H200_HBM_BYTES_PER_S = 4.8e12
 # Datasheet HBM bandwidth by the name torch reports for the card (a substring of it).
 HBM_BYTES_PER_S_BY_GPU: dict[str, float] = {

@@ -56,7 +56,7 @@ MAX_TOKENS = 128  # realwidth.sh's --max-tokens
 # 21,888 tokens there, tests/gpu/realwidth.sh).
 KV_CACHE_GIB = 16.0
 ITERS, SAMPLES = 20, 5  # vLLM's defaults: 100 timed replays a case
-TIMEOUT_S = 900  # one engine: ~50 s to start with kept JIT caches, ~8 min on a fresh card
+TIMEOUT_S = 900  # one engine, with room for a fresh card's kernel compiles
 # `vllm bench forward` without the console script (vLLM under PYTHONPATH has none).
 VLLM_BENCH_FORWARD = ("-m", "vllm.entrypoints.cli.main", "bench", "forward")
 _RUN_NAME = re.compile(r"forward-L(\d+)-k(\d+)-(\w+)")

@@ -17,11 +17,6 @@ from serving.config.vllm_args import to_cli_args
 OTHER_ENV: dict[str, str] = {}
 
 
-def vllm_argv(kwargs: dict[str, Any]) -> list[str]:
-    """Engine keyword arguments in vLLM's command-line form (the launchers' own renderer)."""
-    return to_cli_args(kwargs)
-
-
 def literal_values(tp: Any) -> set[str]:
     if get_origin(tp) is Literal:
         out: set[str] = set()
@@ -41,9 +36,9 @@ def problems(name: str, parser: Any) -> list[str]:
     found = []
     kwargs = preset.engine_kwargs()
     try:
-        parser.parse_args(["--model", "/models/m", *vllm_argv(kwargs)])
+        parser.parse_args(["--model", "/models/m", *to_cli_args(kwargs)])
     except SystemExit:
-        found.append(f"vLLM's parser rejects {vllm_argv(kwargs)}")
+        found.append(f"vLLM's parser rejects {to_cli_args(kwargs)}")
     for var in preset.engine_env():
         if var.startswith("VLLM_") and var not in vllm.envs.environment_variables:
             found.append(f"{var} is not in vllm.envs")

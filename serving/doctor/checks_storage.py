@@ -205,8 +205,8 @@ def check_filling(ctx: PreflightContext) -> Iterator[Finding]:
         )
 
 
-# What a start without kept kernels costs, measured (docs/benchmarks.md, real width).
-COLD_START = "on a fresh H200 at V4-Flash width vLLM's JIT kernel warm-up alone took 499 s"
+# What a start without kept kernels costs (the measured figures: docs/cold-start.md).
+COLD_START = "at V4-Flash width a fresh node compiles for minutes before it serves"
 
 
 def check_jit_cache(ctx: PreflightContext) -> Finding:

@@ -3,8 +3,8 @@
 Before an engine starts, vLLM's model registry asks what the model's classes support
 (``model_executor/models/registry.py``, ``_LazyRegisteredModel.inspect_model_cls``). With no
 answer in ``$VLLM_CACHE_ROOT/modelinfos`` it imports the model's module in a new process,
-once for the target and once more for the drafter, one after the other: on a fresh H100
-node each took 19 s of the warm (docs/cold-start.md). ``warm`` answers both from one
+once for the target and once more for the drafter, one after the other (what that costs
+a fresh node: docs/cold-start.md). ``warm`` answers both from one
 process, importing the module once, while nothing else runs; the engine then reads them
 from the cache, and they travel in the archive with the kernels.
 

@@ -22,3 +22,17 @@ def test_the_packages_are_found():
 def test_each_package_has_its_tests_under_the_same_path(package: Path):
     tests = ROOT / "tests" / package
     assert list(tests.glob("test_*.py")), f"{package}'s tests belong in tests/{package}/"
+
+
+TEST_FOLDERS = sorted(
+    path.parent.relative_to(ROOT / "tests")
+    for top in ("serving", "model_overrides")
+    for path in (ROOT / "tests" / top).glob("*/test_*.py")
+)
+
+
+@pytest.mark.parametrize("folder", sorted(set(TEST_FOLDERS)), ids=str)
+def test_each_test_folder_names_a_package(folder: Path):
+    """The other way round: a test folder under tests/serving or tests/model_overrides is
+    named for the package it tests, so a folder whose package moved or went is noticed."""
+    assert (ROOT / folder / "__init__.py").is_file(), f"tests/{folder} tests no package {folder}/"

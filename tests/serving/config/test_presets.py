@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.compat.preset_vllm_check import OTHER_ENV, literal_values, vllm_argv
+from serving.compat.preset_vllm_check import OTHER_ENV, literal_values
 from serving.config.build_args import BuildArgs, resolve
 from serving.config.preset import PresetError, list_presets, load_preset, parse_set
 from serving.config.serve_config import IMPORT_PATH, serve_config
+from serving.config.vllm_args import to_cli_args
 from tests.support.paths import ROOT
 
 PRESETS = [
@@ -231,7 +232,7 @@ def test_every_engine_argument_parses_with_vllms_own_parser(preset: str, vllm_pa
     kwargs = {**engine.frontend_kwargs, **engine.engine_kwargs}
     assert set(kwargs) == set(config["engine_kwargs"])
     try:
-        parsed = vllm_parser.parse_args(["--model", "/models/m", *vllm_argv(kwargs)])
+        parsed = vllm_parser.parse_args(["--model", "/models/m", *to_cli_args(kwargs)])
     except SystemExit:
         pytest.fail(f"vLLM's parser rejects {preset}'s arguments: {kwargs}")
     for key, value in kwargs.items():
@@ -279,8 +280,8 @@ def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_pa
     k = resolved.speculation.num_speculative_tokens
     launcher = local_specs([_local_kind(resolved)], local_setup(preset, [], kv_cache_gib=0))[0]
     argvs = {
-        "serve app": ["--model", "/models/m", *vllm_argv(serve)],
-        "preset check": ["--model", "/models/m", *vllm_argv(resolved.engine_kwargs())],
+        "serve app": ["--model", "/models/m", *to_cli_args(serve)],
+        "preset check": ["--model", "/models/m", *to_cli_args(resolved.engine_kwargs())],
         "launcher": launcher.command[3:],
     }
     if resolved.model.bench:  # vLLM's `bench forward` takes the same engine arguments
@@ -295,7 +296,7 @@ def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_pa
 
         monkeypatch.setenv(PRESET_ENV, preset)
         golden = golden_engine_kwargs("/models/m", speculative_config=mtp_config(k))
-        argvs["golden engine"] = ["--model", "/models/m", *vllm_argv(golden)]
+        argvs["golden engine"] = ["--model", "/models/m", *to_cli_args(golden)]
     ignore = {"model", "served_model_name", "host", "port"}
     parsed = {name: vars(vllm_parser.parse_args(argv)) for name, argv in argvs.items()}
     first = parsed.pop("serve app")
