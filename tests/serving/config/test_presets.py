@@ -268,19 +268,14 @@ def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_pa
     golden presets, the golden engine the tests start all go through
     serving/config/vllm_args.py and Speculation.vllm_config: parsed by vLLM's own parser
     they must agree on every argument but where the model is and the port."""
-    from ray.serve.llm import LLMConfig
-
     from serving.bench import forward_compare as fc
     from serving.bench.targets import local_setup, local_specs
-    from serving.config.llm_config import llm_config
 
     resolved = load_preset(preset)
-    engine = LLMConfig(**llm_config(resolved, "/models/m")).get_engine_config()
-    serve = {**engine.frontend_kwargs, **engine.engine_kwargs}
     k = resolved.speculation.num_speculative_tokens
     launcher = local_specs([_local_kind(resolved)], local_setup(preset, [], kv_cache_gib=0))[0]
     argvs = {
-        "serve app": ["--model", "/models/m", *to_cli_args(serve)],
+        "serve app": _serve_app_argv(resolved),
         "preset check": ["--model", "/models/m", *to_cli_args(resolved.engine_kwargs())],
         "launcher": launcher.command[3:],
     }
@@ -297,6 +292,26 @@ def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_pa
         monkeypatch.setenv(PRESET_ENV, preset)
         golden = golden_engine_kwargs("/models/m", speculative_config=mtp_config(k))
         argvs["golden engine"] = ["--model", "/models/m", *to_cli_args(golden)]
+    _assert_same_vllm_arguments(preset, argvs, vllm_parser)
+
+
+def _serve_app_argv(resolved) -> list[str]:
+    """What the Serve app gives vLLM: Ray Serve LLM's split of the engine kwargs."""
+    from ray.serve.llm import LLMConfig
+
+    from serving.config.llm_config import llm_config
+
+    engine = LLMConfig(**llm_config(resolved, "/models/m")).get_engine_config()
+    return [
+        "--model",
+        "/models/m",
+        *to_cli_args({**engine.frontend_kwargs, **engine.engine_kwargs}),
+    ]
+
+
+def _assert_same_vllm_arguments(label: str, argvs: dict[str, list[str]], vllm_parser) -> None:
+    """Parsed by vLLM's own parser, every argv agrees with the Serve app's on every argument
+    but where the model is and the port."""
     ignore = {"model", "served_model_name", "host", "port"}
     parsed = {name: vars(vllm_parser.parse_args(argv)) for name, argv in argvs.items()}
     first = parsed.pop("serve app")
@@ -306,7 +321,52 @@ def test_every_consumer_starts_vllm_with_the_same_arguments(preset: str, vllm_pa
             for key in set(first) | set(got)
             if key not in ignore and str(first.get(key)) != str(got.get(key))
         }
-        assert not differ, f"{preset}: {name} differs from the Serve app: {differ}"
+        assert not differ, f"{label}: {name} differs from the Serve app: {differ}"
+
+
+def _arms() -> list[tuple[str, str]]:
+    """Every preset with every static-k bench arm, and on a bench model (synthetic
+    acceptance) every acceptance profile's arm."""
+    from serving.bench.acceptance_profiles import PROFILES
+
+    arms = []
+    for preset in list_presets():
+        arms += [(preset, f"vllm-k{k}") for k in range(4)]
+        if load_preset(preset).speculation.synthetic_acceptance:
+            arms += [(preset, f"vllm-k{k}~{name}") for k in (1, 2, 3) for name in PROFILES]
+    return arms
+
+
+def _preset_at(preset: str, arm: str):
+    """The preset as the arm means to run it: its speculation at the arm's k, with the
+    profile's rates in place of its synthetic acceptance."""
+    from serving.bench.targets import kind_profile
+
+    k = int(arm.partition("~")[0].removeprefix("vllm-k"))
+    speculation: dict = {"num_speculative_tokens": k}
+    if k == 0:  # no speculation: nothing that only a drafter reads
+        speculation.update(
+            method="none",
+            guard={"mode": "off"},
+            draft_sample_method=None,
+            synthetic_acceptance=None,
+        )
+    if profile := kind_profile(arm):
+        speculation["synthetic_acceptance"] = {"rates": list(profile.rates_for(k))}
+    return load_preset(preset, [{"speculation": speculation}])
+
+
+@pytest.mark.parametrize(("preset", "arm"), [pytest.param(*a, id=" ".join(a)) for a in _arms()])
+def test_every_bench_arm_runs_the_preset_at_its_k(preset: str, arm: str, vllm_parser):
+    """A bench arm measures the preset at the arm's k: the launcher's vLLM command equals
+    the Serve app's for the preset set to that k (and the profile's rates)."""
+    from serving.bench.targets import local_setup, local_specs
+
+    setup = local_setup(preset, [], kv_cache_gib=0)
+    resolved = _preset_at(preset, arm)
+    launcher = local_specs([arm], setup)[0]
+    argvs = {"serve app": _serve_app_argv(resolved), "launcher": launcher.command[3:]}
+    _assert_same_vllm_arguments(f"{preset} {arm}", argvs, vllm_parser)
 
 
 @pytest.mark.parametrize("preset", list_presets())
