@@ -88,7 +88,9 @@ ROWS = (
         "`max_output_tokens` as `1e5`), a prompt longer than `max_model_len`, negative "
         "temperature, top_p > 1, n too large (also as a string), a 5000-entry stop list, "
         "invalid UTF-8 (completions, messages), a lone surrogate (`/tokenize`), JSON nested "
-        "100000 deep, a 5 MB body and 20 MB bodies on `/v1/responses` and `/tokenize` (413), "
+        "100000 deep, a 5 MB body on `/v1/completions` and a 20 MB body in its own shape on "
+        "`/v1/responses`, `/v1/chat/completions`, `/v1/messages`, `/v1/messages/count_tokens`, "
+        "`/tokenize` and `/detokenize` (413), "
         "an unknown field, a garbage tool schema, a form-encoded body (415), Basic auth "
         '(401), a JSON array body: each answers `{"error": {...}}` naming the field or '
         "problem, and the next normal request gets the golden text",
