@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from serving.bench.analysis import level
+from serving.bench.acceptance_profiles import PROFILES, AcceptanceProfile
+from serving.bench.analysis import break_even_row, level
 from serving.bench.decode_bytes import hbm_bytes_per_s, step_bytes
 from serving.bench_model.shapes import RELEASED
 
@@ -140,7 +141,39 @@ def analyse(reports: list[dict]) -> dict[str, Any]:
         "hbm_bytes_per_s": bandwidth,
         "hbm_bandwidth_of": bandwidth_of,
         "rows": rows,
+        "break_even_full": full_depth_map(rows, list(PROFILES.values())),
     }
+
+
+MEASURED = "measured"  # the runs' own acceptance, as a profile of the map
+
+
+def full_depth_map(rows: list[dict], profiles: list[AcceptanceProfile]) -> list[dict]:
+    """The break-even map at the released depth: for the runs' own acceptance and each
+    profile, per concurrency, each k's output tok/s from its extrapolated step (c x the
+    acceptance length / the step), as ``analysis.break_even_row`` ranks a measured map. A
+    step costs the same whatever its drafts' fate (as in serving/bench/break_even_projection.py),
+    so a profile changes only the tokens a step yields."""
+    steps = {(r["k"], r["concurrency"]): r for r in rows if "full_step_s" in r}
+    out = []
+    for name, profile in [(MEASURED, None), *((p.name, p) for p in profiles)]:
+        for c in sorted({c for _, c in steps}):
+            by_k: dict[int, float] = {}
+            for (k, at), row in steps.items():
+                if at != c:
+                    continue
+                if not k:
+                    length = 1.0
+                elif profile is None:
+                    length = row["full_tokens_per_s"] * row["full_step_s"] / c
+                elif k <= len(profile.rates):
+                    length = profile.acceptance_lengths[k - 1]
+                else:
+                    continue
+                by_k[k] = round(c * length / row["full_step_s"], 1)
+            if 0 in by_k and len(by_k) > 1:
+                out.append(break_even_row(name, c, by_k))
+    return out
 
 
 def _break_even(rows: list[dict]) -> None:
@@ -187,6 +220,20 @@ def markdown(result: dict) -> str:
     if rejected := [r for r in result["rows"] if "fit_rejected" in r]:
         cells = ", ".join(f"k = {r['k']} c = {r['concurrency']}" for r in rejected)
         lines += ["", f"No fit ({rejected[0]['fit_rejected']}): {cells}."]
+    if result.get("break_even_full"):
+        lines += [
+            "",
+            f"Break-even map at {result['released_layers']} layers (extrapolated steps):",
+            "",
+            "| acceptance | c | tok/s by k | best k | over next best | over k = 0 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for cell in result["break_even_full"]:
+            by_k = ", ".join(f"{k}: {v:.0f}" for k, v in cell["tokens_per_s_by_k"].items())
+            lines.append(
+                f"| {cell['profile']} | {cell['concurrency']} | {by_k} | {cell['best_k']} "
+                f"| {cell['over_next_best']:.2f}x | {cell['over_k0']:.2f}x |"
+            )
     return "\n".join(lines) + "\n"
 
 

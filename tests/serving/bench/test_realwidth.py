@@ -4,6 +4,7 @@ step time over depth (serving/bench/decode_bytes.py, serving/bench/realwidth.py)
 import pytest
 
 from serving.bench import decode_bytes as db
+from serving.bench.acceptance_profiles import PROFILES
 from serving.bench.realwidth import analyse, linear_fit, markdown, step_seconds
 from serving.bench_model.shapes import RELEASED, bench_config
 
@@ -107,3 +108,25 @@ def test_reports_of_one_depth_merge_and_a_faster_deeper_model_is_not_extrapolate
     assert "full_step_s" not in stalled and "faster" in stalled["fit_rejected"]
     assert "break_even_acceptance_length" not in stalled
     assert "No fit (" in markdown(result) and "k = 2 c = 8" in markdown(result)
+
+
+def test_the_map_at_the_released_depth_ranks_each_k_by_its_extrapolated_step():
+    lengths = {0: 1.0, 1: 1.7, 2: 1.99}
+    result = analyse([_report(3, 0.002, 0.0005, lengths), _report(12, 0.002, 0.0005, lengths)])
+    steps = {
+        (r["k"], r["concurrency"]): r["full_step_s"] for r in result["rows"] if "full_step_s" in r
+    }
+    cells = {(m["profile"], m["concurrency"]): m for m in result["break_even_full"]}
+    measured = cells[("measured", 8)]["tokens_per_s_by_k"]
+    assert measured[0] == pytest.approx(8 / steps[(0, 8)], abs=0.1)
+    assert measured[2] == pytest.approx(8 * 1.99 / steps[(2, 8)], abs=0.1)
+    # A profile changes the tokens a step yields, not the step.
+    thinking = cells[("real-thinking", 8)]
+    lengths_thinking = PROFILES["real-thinking"].acceptance_lengths
+    assert thinking["tokens_per_s_by_k"][1] == pytest.approx(
+        8 * lengths_thinking[0] / steps[(1, 8)], abs=0.1
+    )
+    best = max(thinking["tokens_per_s_by_k"], key=thinking["tokens_per_s_by_k"].get)
+    assert thinking["best_k"] == best
+    assert {p for p, _ in cells} == {"measured", *PROFILES}
+    assert "Break-even map at 43 layers" in markdown(result)
