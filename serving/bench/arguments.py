@@ -142,7 +142,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conversations", type=positive_int, default=16)
     parser.add_argument("--turns", type=positive_int, default=5, help="per conversation")
     parser.add_argument(
-        "--system-words", type=positive_int, default=1000, help="the shared system prompt"
+        "--system-words",
+        type=positive_int,
+        nargs="+",
+        default=[1000],
+        help="the shared system prompt; with --routing, several lengths are played in turn "
+        "(each at every --concurrency) on each arm's one start",
     )
     parser.add_argument("--user-words", type=positive_int, default=250, help="per user turn")
     parser.add_argument(

@@ -168,11 +168,17 @@ def check_workloads(args: argparse.Namespace, setup: LocalSetup | None) -> None:
         raise BenchError("--switch-requests must be at least 3x --switch-concurrency")
 
 
-def conversation_workload(args: argparse.Namespace, concurrency: int) -> ConversationWorkload:
+def conversation_workload(
+    args: argparse.Namespace, concurrency: int, system_words: int | None = None
+) -> ConversationWorkload:
+    if system_words is None:
+        if len(args.system_words) > 1:
+            raise BenchError("several --system-words lengths are for --routing only")
+        system_words = args.system_words[0]
     workload = ConversationWorkload(
         conversations=args.conversations,
         turns=args.turns,
-        system_words=args.system_words,
+        system_words=system_words,
         user_words=args.user_words,
         unrelated=args.unrelated,
         max_tokens=args.max_tokens,
@@ -210,19 +216,23 @@ def run_routing(args: argparse.Namespace, targets: list[Target], setup: LocalSet
     from serving.golden import GoldenDesign
 
     _check_turns_bench(args, "--routing")
-    workload = conversation_workload(args, max(args.concurrency))
+    cells = routing_bench.cells(
+        [conversation_workload(args, c, w) for w in args.system_words for c in args.concurrency]
+    )
     words = GoldenDesign().words
     result = _in_turns(
         args,
         setup,
         lambda logs: routing_bench.run_all(
-            setup, list(args.local), targets, workload, args.rounds, words, logs, _progress
+            setup, list(args.local), targets, cells, args.rounds, words, logs, _progress
         ),
     )
     for path in routing_bench.write(result, Path(args.out)):
         _progress(f"wrote {path}")
     print(routing_bench.markdown(result))
-    failed = any(arm["failed"] for arm in result["arms"].values())
+    failed = any(
+        arm["failed"] for cell in routing_bench.each_cell(result) for arm in cell["arms"].values()
+    )
     return 1 if failed or result["start_errors"] or result["interrupted"] else 0
 
 

@@ -3,7 +3,9 @@ conversation workload (serving/bench/conversations.py), with a single replica as
 ideal hit rate.
 
 The arms take turns (serving/bench/arms.py): every round starts each arm's app alone,
-plays the same workload once on a cold cache and stops it.
+plays the same cells in order and stops it. A cell is one workload (a system-prompt
+length at one concurrency) with a seed of its own, so no cell finds another's prompts in
+the cache: each starts cold for its own prefix, on one app start per arm.
 
 The figures are ratios of arms measured in the same run: prefix routing's hit rate
 against the single replica's, its time to first token on the conversation turns and its
@@ -15,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from serving.bench.arms import play_in_turns
@@ -120,45 +123,91 @@ def compare(arms: dict[str, dict]) -> dict:
     return out
 
 
-def _play(target: Target, workload: ConversationWorkload, words: list[str], progress) -> dict:
-    def note(done: int, total: int) -> None:
-        if done == total or done % 20 == 0:
-            progress(f"{target.name}: {done}/{total} turns")
+def cell_name(workload: ConversationWorkload) -> str:
+    return f"prefix-{workload.system_words}-c-{workload.concurrency}"
 
-    cfg = Client(target.base_url, target.model, target.api_key)
-    turns, wall = asyncio.run(run_sessions(cfg, workload, sessions(workload, words), note))
-    return {"turns": [t.row() for t in turns], "wall_s": wall}
+
+def cells(workloads: list[ConversationWorkload]) -> dict[str, ConversationWorkload]:
+    """The cells in the order each arm plays them, each workload with a seed of its own
+    (the same seed would give a longer prefix the shorter one's words first: a hit from
+    another cell)."""
+    out: dict[str, ConversationWorkload] = {}
+    for workload in workloads:
+        name = cell_name(workload)
+        if name in out:
+            raise ValueError(f"the cell {name} is asked for twice")
+        out[name] = replace(workload, seed=workload.seed + len(out))
+    return out
+
+
+def _play(
+    target: Target, played: dict[str, ConversationWorkload], words: list[str], progress
+) -> dict:
+    out = {}
+    for name, workload in played.items():
+
+        def note(done: int, total: int, name: str = name) -> None:
+            if done == total or done % 20 == 0:
+                progress(f"{target.name} {name}: {done}/{total} turns")
+
+        cfg = Client(target.base_url, target.model, target.api_key)
+        turns, wall = asyncio.run(run_sessions(cfg, workload, sessions(workload, words), note))
+        out[name] = {"turns": [t.row() for t in turns], "wall_s": wall}
+    return {"cells": out}
 
 
 def run_all(
     setup: LocalSetup | None,
     kinds: list[str],
     remote: list[Target],
-    workload: ConversationWorkload,
+    played: dict[str, ConversationWorkload],
     rounds: int,
     words: list[str],
     logs: Path,
     progress: Progress,
 ) -> dict:
-    """Every arm once per round, the local ones each in its own fresh app."""
+    """Every arm once per round, the local ones each in its own fresh app playing every
+    cell. One cell gives one result as it always has; several give ``{"cells": {name:
+    result}}``, each a one-cell result of its own."""
     turns = play_in_turns(
-        setup, kinds, remote, rounds, lambda t: _play(t, workload, words, progress), logs, progress
+        setup, kinds, remote, rounds, lambda t: _play(t, played, words, progress), logs, progress
     )
-    summary = {
-        name: summarise_arm(results, turns.starts.get(name, []))
-        for name, results in turns.played.items()
-        if results
-    }
+    results = {}
+    for name, workload in played.items():
+        summary = {
+            arm: summarise_arm(
+                [r["cells"][name] for r in rounds_played if name in r["cells"]],
+                turns.starts.get(arm, []),
+            )
+            for arm, rounds_played in turns.played.items()
+            if any(name in r["cells"] for r in rounds_played)
+        }
+        results[name] = {
+            "workload": workload.__dict__,
+            "rounds": rounds,
+            "interrupted": turns.interrupted,
+            "arms": summary,
+            "compare": compare(summary),
+            "start_errors": turns.errors,
+            "raw": {
+                arm: [r["cells"][name] for r in rounds_played if name in r["cells"]]
+                for arm, rounds_played in turns.played.items()
+            },
+            "setup": setup.summary() if setup else None,
+        }
+    if len(results) == 1:
+        return next(iter(results.values()))
     return {
-        "workload": workload.__dict__,
-        "rounds": rounds,
+        "cells": results,
         "interrupted": turns.interrupted,
-        "arms": summary,
-        "compare": compare(summary),
         "start_errors": turns.errors,
-        "raw": turns.played,
         "setup": setup.summary() if setup else None,
     }
+
+
+def each_cell(result: dict) -> Iterator[dict]:
+    """The one-cell results of a run (one, or each of its cells)."""
+    yield from result["cells"].values() if "cells" in result else [result]
 
 
 def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
@@ -168,6 +217,10 @@ def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
 
 
 def markdown(result: dict) -> str:
+    if "cells" in result:
+        return "\n\n".join(
+            f"### {name}\n\n{markdown(cell)}" for name, cell in result["cells"].items()
+        )
     lines = [
         "| arm | requests (failed) | hit rate | TTFT p50 / p90 conversation turns | "
         "TTFT p50 unrelated | output tok/s | requests per replica (hit rate) |",
@@ -201,8 +254,11 @@ def markdown(result: dict) -> str:
 
 
 def write(result: dict, out: Path) -> list[Path]:
+    """A one-cell result into OUT; several cells each into OUT/CELL, as one-cell runs."""
     from serving.bench.routing_plots import plot_all
 
+    if "cells" in result:
+        return [path for name, cell in result["cells"].items() for path in write(cell, out / name)]
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "routing.json", out / "routing.md"]
     paths[0].write_text(json.dumps(result, indent=2, sort_keys=True))

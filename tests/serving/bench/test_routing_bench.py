@@ -84,9 +84,10 @@ def test_targets_are_ratios_of_the_arms():
 
 
 def test_the_real_width_gpu_script_runs_a_bench_our_cli_accepts(tmp_path):
-    """tests/gpu/routing_realwidth.sh with python3 standing in: each run's command line is
-    one `dsv4-serve bench` takes, its three arms on the bench model, two replicas sharing
-    the GPU, the context long enough for the prefix."""
+    """tests/gpu/routing_realwidth.sh with python3 standing in: its command line is one
+    `dsv4-serve bench` takes, every (prefix, concurrency) cell in one run, its three arms
+    on the bench model, two replicas sharing the GPU, the context long enough for the
+    longest prefix."""
     import os
     import shlex
     import subprocess
@@ -112,13 +113,11 @@ def test_the_real_width_gpu_script_runs_a_bench_our_cli_accepts(tmp_path):
         timeout=60,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    lines = seen.read_text().splitlines()
-    assert len(lines) == 4  # two prefixes at concurrency 8 and 32
-    for line in lines:
-        argv = line.split()[2:]  # past "-m serving.cli"
-        args = build_parser().parse_args(argv)
-        setup = bench_setup(args)
-        assert args.routing and args.local == ["ray-app", "ray-app-prefix", "ray-app-single"]
-        assert setup.preset.model.bench.layers == 12
-        assert setup.preset.deployment.replicas == 2 and setup.preset.accelerator.gpu_share == 0.45
-        assert setup.preset.engine_args["max_model_len"] > args.system_words
+    (line,) = seen.read_text().splitlines()
+    args = build_parser().parse_args(line.split()[2:])  # past "-m serving.cli"
+    setup = bench_setup(args)
+    assert args.routing and args.local == ["ray-app", "ray-app-prefix", "ray-app-single"]
+    assert args.system_words == [8192, 32768] and args.concurrency == [8, 32]
+    assert setup.preset.model.bench.layers == 12
+    assert setup.preset.deployment.replicas == 2 and setup.preset.accelerator.gpu_share == 0.45
+    assert setup.preset.engine_args["max_model_len"] > max(args.system_words)
