@@ -375,6 +375,9 @@ def _prepared(body, fields: set[str], positive: bool):
         body = {k: v for k, v in body.items() if k in fields}
         if "model" in fields:
             body["model"] = MODEL
+    for name in OUTPUT_FIELDS:  # null is the default: up to the context, like leaving it out
+        if name in body and body[name] is None:
+            body[name] = FUZZ_OUTPUT_CAP
     asked = [f for f in OUTPUT_FIELDS if f in body]
     for name in asked:
         value = body[name]

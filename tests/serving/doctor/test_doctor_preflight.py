@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from serving.cli import main
+from serving.doctor.checks_storage import COLD_START
 from tests.support import doctor_cluster as dc
 from tests.support import doctor_scenarios as sc
 
@@ -638,7 +639,7 @@ def test_jit_cache_volume(capsys, tmp_path, shared_dir):
         capsys, tmp_path, objects, "h200-flash-mtp", "--set", "jitCache.type=emptyDir"
     )
     finding = only(report, "storage.jit-cache")
-    assert finding["status"] == "warn" and "499 s" in finding["title"]
+    assert finding["status"] == "warn" and COLD_START in finding["title"]
     code, report = preflight(
         capsys, tmp_path, objects, "h200-flash-mtp", "--set", "jitCache.pvc.existingClaim=kernels"
     )
