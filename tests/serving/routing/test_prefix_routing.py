@@ -244,9 +244,8 @@ def _failed_over(app, golden_design, victim: str, name: str) -> list[str]:
 
 def test_the_routing_bench_plays_each_cell_cold_on_one_app(app, tmp_path):
     """`bench --routing` with two system-prompt lengths on one running app: each cell's
-    own seed keeps the other cell's prompts out of its cache (its first turn finds no
-    system prompt cached), its later turns hit, and each cell is written as a one-cell
-    run of its own."""
+    own seed keeps the other cell's prompts out of its cache (its first turn finds nothing
+    cached), its later turns hit, and each cell is written as a one-cell run of its own."""
     from serving.bench import routing_bench
     from serving.bench.load import Target
 
@@ -254,17 +253,19 @@ def test_the_routing_bench_plays_each_cell_cold_on_one_app(app, tmp_path):
         conversations=2, turns=2, user_words=20, unrelated=0, max_tokens=4, concurrency=1
     )
     played = routing_bench.cells([replace(base, system_words=w) for w in (300, 600)])
+    # A router just started may send its first picks astray (docs/routing.md): warm it.
+    play(app, replace(WORKLOAD, conversations=2, turns=1), seed=99)
     target = Target("prefix", f"{app['base']}/v1", MODEL, api_key=KEY)
     result = routing_bench.run_all(
         None, [], [target], played, 1, GoldenDesign().words, tmp_path / "logs", print
     )
     assert list(result["cells"]) == ["prefix-300-c-1", "prefix-600-c-1"]
-    for name, cell in result["cells"].items():
-        turns = cell["raw"]["prefix"][0]["turns"]
-        assert len(turns) == 4 and all(t["ok"] for t in turns), name
-        system_words = cell["workload"]["system_words"]
-        assert turns[0]["cached_tokens"] < system_words / 2, (name, turns[0])
-        assert max(t["cached_tokens"] for t in turns[1:]) >= system_words / 2, (name, turns)
+    turns = {name: cell["raw"]["prefix"][0]["turns"] for name, cell in result["cells"].items()}
+    assert all(len(t) == 4 and all(x["ok"] for x in t) for t in turns.values()), turns
+    # Each cell's first request is its first sight of its prefix (the 600-word cell would
+    # otherwise find the 300-word cell's first block); its later turns hit.
+    assert [t[0]["cached_tokens"] for t in turns.values()] == [0, 0], turns
+    assert all(max(x["cached_tokens"] for x in t[1:]) > 0 for t in turns.values()), turns
     paths = routing_bench.write(result, tmp_path / "out")
     assert tmp_path / "out" / "prefix-600-c-1" / "routing.json" in paths
     assert sum(1 for _ in routing_bench.each_cell(result)) == 2
