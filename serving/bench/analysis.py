@@ -144,6 +144,24 @@ def break_even(report: dict) -> list[dict]:
     return rows
 
 
+def break_even_lines(rows: list[dict], intro: str) -> list[str]:
+    """A break-even map (``break_even_row``'s rows) as a Markdown table under INTRO."""
+    lines = [
+        "",
+        intro,
+        "",
+        "| profile | c | tok/s by k | best k | over the next best | over k = 0 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        by_k = ", ".join(f"k={k} {v:.1f}" for k, v in row["tokens_per_s_by_k"].items())
+        lines.append(
+            f"| {row['profile']} | {row['concurrency']} | {by_k} | {row['best_k']}"
+            f" | {row['over_next_best']:.3f} (k={row['next_best_k']}) | {row['over_k0']:.3f} |"
+        )
+    return lines
+
+
 def break_even_row(acceptance: str, concurrency: int, by_k: dict[int, float]) -> dict:
     """One cell of the map: k -> output tok/s (k = 0 among them), the k that made the
     most, and by how much it beat the next best and k = 0."""

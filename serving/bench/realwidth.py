@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.bench.acceptance_profiles import PROFILES, AcceptanceProfile
-from serving.bench.analysis import break_even_row, level
+from serving.bench.analysis import break_even_lines, break_even_row, level
 from serving.bench.decode_bytes import hbm_bytes_per_s, step_bytes
 from serving.bench_model.shapes import RELEASED
 
@@ -221,19 +221,10 @@ def markdown(result: dict) -> str:
         cells = ", ".join(f"k = {r['k']} c = {r['concurrency']}" for r in rejected)
         lines += ["", f"No fit ({rejected[0]['fit_rejected']}): {cells}."]
     if result.get("break_even_full"):
-        lines += [
-            "",
+        lines += break_even_lines(
+            result["break_even_full"],
             f"Break-even map at {result['released_layers']} layers (extrapolated steps):",
-            "",
-            "| acceptance | c | tok/s by k | best k | over next best | over k = 0 |",
-            "|---|---|---|---|---|---|",
-        ]
-        for cell in result["break_even_full"]:
-            by_k = ", ".join(f"{k}: {v:.0f}" for k, v in cell["tokens_per_s_by_k"].items())
-            lines.append(
-                f"| {cell['profile']} | {cell['concurrency']} | {by_k} | {cell['best_k']} "
-                f"| {cell['over_next_best']:.2f}x | {cell['over_k0']:.2f}x |"
-            )
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from serving.bench import plots
 from serving.bench.analysis import (
     break_even,
+    break_even_lines,
     kernel_library_cost,
     mtp_speedup,
     serving_overhead,
@@ -202,21 +203,11 @@ def _kernels(extra: dict) -> list[str]:
 def _break_even(extra: dict) -> list[str]:
     if not extra.get("break_even"):
         return []
-    lines = [
-        "",
+    return break_even_lines(
+        extra["break_even"],
         "Break-even by acceptance profile (output tok/s at each k; the k that made the most,"
         " and by how much it beat the next best and k = 0):",
-        "",
-        "| profile | c | tok/s by k | best k | over the next best | over k = 0 |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in extra["break_even"]:
-        by_k = ", ".join(f"k={k} {v:.1f}" for k, v in row["tokens_per_s_by_k"].items())
-        lines.append(
-            f"| {row['profile']} | {row['concurrency']} | {by_k} | {row['best_k']}"
-            f" | {row['over_next_best']:.3f} (k={row['next_best_k']}) | {row['over_k0']:.3f} |"
-        )
-    return lines
+    )
 
 
 def _how_started(start: dict) -> str:
