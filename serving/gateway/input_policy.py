@@ -64,6 +64,9 @@ class BodyRule:
     stop: str | None = None
     n: bool = False
     prompts: bool = False  # /v1/completions: a list of prompts is one sequence each
+    # vLLM's own reader of the validated request's input, run here too: a body its handler
+    # would crash on (a 500) is a 400 naming the field. (module:function, field).
+    reader: tuple[str, str] | None = None
 
     @property
     def generates(self) -> bool:
@@ -86,7 +89,12 @@ RULES: dict[str, BodyRule] = {
         n=True,
     ),
     "/v1/responses": BodyRule(
-        "openai.responses.protocol:ResponsesRequest", output=("max_output_tokens",), stop="stop"
+        "openai.responses.protocol:ResponsesRequest",
+        output=("max_output_tokens",),
+        stop="stop",
+        # renderers/online_renderer.py turns the input into chat messages with it; it reads
+        # an assistant message's content[0].text, which a refusal part does not have.
+        reader=("openai.responses.utils:construct_input_messages", "input"),
     ),
     "/v1/messages": BodyRule(
         "anthropic.protocol:AnthropicMessagesRequest",
@@ -241,6 +249,23 @@ def _validation_error(route: str, exc: Exception) -> BadRequest:
     return BadRequest(400, "; ".join(parts) + more, "invalid_request", param)
 
 
+def _check_reader(rule: BodyRule, request: Any) -> None:
+    """Run vLLM's reader of the request's input on the validated request."""
+    assert rule.reader is not None
+    reader, field = rule.reader
+    read = _model_type(reader)
+    try:
+        read(request_instructions=request.instructions, request_input=request.input)
+    except Exception as exc:
+        from vllm.exceptions import VLLMClientError
+
+        if isinstance(exc, VLLMClientError):  # vLLM's own answer: a 400 as it words it
+            param = getattr(exc, "parameter", None) or field
+            raise BadRequest(400, str(exc)[:500], "invalid_request", param) from None
+        text = f"{field} holds an item vLLM cannot read ({type(exc).__name__}: {exc})"[:500]
+        raise BadRequest(400, text, "invalid_input", field) from None
+
+
 def _prompts(request: Any) -> int:
     """Prompts a completions request holds: a string or one token list is one prompt."""
     prompt = request.prompt
@@ -315,6 +340,8 @@ def check(route: str, body: bytes, max_output_tokens: int | None = None) -> Chec
         request = _adapter(rule.model).validate_python(payload, from_attributes=True)
     except Exception as exc:  # ValidationError, or whatever a validator raised
         raise _validation_error(route, exc) from None
+    if rule.reader:
+        _check_reader(rule, request)
 
     stop = _field(request, rule.stop) if rule.stop else None
     if isinstance(stop, list) and len(stop) > MAX_STOP:

@@ -182,6 +182,24 @@ BROKEN = {
 }
 
 
+def _assistant(*content: dict) -> dict:
+    return {"type": "message", "role": "assistant", "id": "m", "status": "completed",
+            "content": list(content)}  # fmt: skip
+
+
+def test_responses_input_is_read_by_vllms_own_reader():
+    """vLLM's Responses handler turns `input` into chat messages by reading an assistant
+    message's content[0].text: a message whose first part is a refusal crashed it (a 500
+    the schema fuzzer found). The gateway runs the same reader and answers 400."""
+    text = {"type": "output_text", "text": "earlier answer", "annotations": []}
+    refusal = {"type": "refusal", "refusal": "no"}
+    good = {"model": "m", "input": [_assistant(text, refusal), *USER]}
+    assert _check(good, RESPONSES).request.input
+    refused = _refused({"model": "m", "input": [_assistant(refusal, text), *USER]}, RESPONSES)
+    assert refused.status == 400 and refused.param == "input", str(refused)
+    assert "AttributeError" in str(refused) and "ResponseOutputRefusal" in str(refused)
+
+
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_any_parser_failure_is_a_400(name: str):
     body, code = BROKEN[name]
