@@ -249,7 +249,7 @@ def _validation_error(route: str, exc: Exception) -> BadRequest:
     return BadRequest(400, "; ".join(parts) + more, "invalid_request", param)
 
 
-def _check_reader(rule: BodyRule, request: Any) -> None:
+def _check_reader(route: str, rule: BodyRule, request: Any) -> None:
     """Run vLLM's reader of the request's input on the validated request."""
     assert rule.reader is not None
     reader, field = rule.reader
@@ -260,8 +260,7 @@ def _check_reader(rule: BodyRule, request: Any) -> None:
         from vllm.exceptions import VLLMClientError
 
         if isinstance(exc, VLLMClientError):  # vLLM's own answer: a 400 as it words it
-            param = getattr(exc, "parameter", None) or field
-            raise BadRequest(400, str(exc)[:500], "invalid_request", param) from None
+            raise _validation_error(route, exc) from None
         text = f"{field} holds an item vLLM cannot read ({type(exc).__name__}: {exc})"[:500]
         raise BadRequest(400, text, "invalid_input", field) from None
 
@@ -341,7 +340,7 @@ def check(route: str, body: bytes, max_output_tokens: int | None = None) -> Chec
     except Exception as exc:  # ValidationError, or whatever a validator raised
         raise _validation_error(route, exc) from None
     if rule.reader:
-        _check_reader(rule, request)
+        _check_reader(route, rule, request)
 
     stop = _field(request, rule.stop) if rule.stop else None
     if isinstance(stop, list) and len(stop) > MAX_STOP:

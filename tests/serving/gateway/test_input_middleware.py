@@ -198,6 +198,10 @@ def test_responses_input_is_read_by_vllms_own_reader():
     refused = _refused({"model": "m", "input": [_assistant(refusal, text), *USER]}, RESPONSES)
     assert refused.status == 400 and refused.param == "input", str(refused)
     assert "AttributeError" in str(refused) and "ResponseOutputRefusal" in str(refused)
+    # A client error the reader raises itself keeps vLLM's own wording.
+    encrypted = {"type": "reasoning", "id": "r", "summary": [], "encrypted_content": "x"}
+    refused = _refused({"model": "m", "input": [encrypted, *USER]}, RESPONSES)
+    assert refused.param == "input" and "Encrypted content is not supported" in str(refused)
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
