@@ -144,6 +144,9 @@ def break_even(report: dict) -> list[dict]:
     return rows
 
 
+MEASURED = "measured"  # a map's profile for the run's own acceptance
+
+
 def break_even_lines(rows: list[dict], intro: str) -> list[str]:
     """A break-even map (``break_even_row``'s rows) as a Markdown table under INTRO."""
     lines = [

@@ -25,9 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.bench.acceptance_profiles import PROFILES, AcceptanceProfile
-from serving.bench.analysis import break_even_row, static_k
-
-MEASURED = "measured"  # the run's own acceptance, as a profile of the map
+from serving.bench.analysis import MEASURED, break_even_row, static_k
 
 
 def _k(target: str) -> int:

@@ -216,9 +216,12 @@ def run_routing(args: argparse.Namespace, targets: list[Target], setup: LocalSet
     from serving.golden import GoldenDesign
 
     _check_turns_bench(args, "--routing")
-    cells = routing_bench.cells(
-        [conversation_workload(args, c, w) for w in args.system_words for c in args.concurrency]
-    )
+    try:
+        cells = routing_bench.cells(
+            [conversation_workload(args, c, w) for w in args.system_words for c in args.concurrency]
+        )
+    except ValueError as exc:  # a cell asked for twice
+        raise BenchError(str(exc)) from None
     words = GoldenDesign().words
     result = _in_turns(
         args,

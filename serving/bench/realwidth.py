@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.bench.acceptance_profiles import PROFILES, AcceptanceProfile
-from serving.bench.analysis import break_even_lines, break_even_row, level
+from serving.bench.analysis import MEASURED, break_even_lines, break_even_row, level
 from serving.bench.decode_bytes import hbm_bytes_per_s, step_bytes
 from serving.bench_model.shapes import RELEASED
 
@@ -120,6 +120,7 @@ def analyse(reports: list[dict]) -> dict[str, Any]:
             row: dict[str, Any] = {"target": target, "k": k, "concurrency": c}
             row["measured"] = {str(d): m for d, m in sorted(measured.items())}
             length = sum(m["acceptance_length"] for m in measured.values()) / len(measured)
+            row["acceptance_length"] = length
             if len(measured) >= 2:
                 row |= _extrapolate(measured, full, length, c)
             prompt = int(any_report["plan"].get("prompt_tokens") or 0)
@@ -145,9 +146,6 @@ def analyse(reports: list[dict]) -> dict[str, Any]:
     }
 
 
-MEASURED = "measured"  # the runs' own acceptance, as a profile of the map
-
-
 def full_depth_map(rows: list[dict], profiles: list[AcceptanceProfile]) -> list[dict]:
     """The break-even map at the released depth: for the runs' own acceptance and each
     profile, per concurrency, each k's output tok/s from its extrapolated step (c x the
@@ -165,7 +163,7 @@ def full_depth_map(rows: list[dict], profiles: list[AcceptanceProfile]) -> list[
                 if not k:
                     length = 1.0
                 elif profile is None:
-                    length = row["full_tokens_per_s"] * row["full_step_s"] / c
+                    length = row["acceptance_length"]
                 elif k <= len(profile.rates):
                     length = profile.acceptance_lengths[k - 1]
                 else:

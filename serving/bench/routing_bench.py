@@ -174,13 +174,14 @@ def run_all(
     )
     results = {}
     for name, workload in played.items():
-        summary = {
-            arm: summarise_arm(
-                [r["cells"][name] for r in rounds_played if name in r["cells"]],
-                turns.starts.get(arm, []),
-            )
+        raw = {
+            arm: [r["cells"][name] for r in rounds_played if name in r["cells"]]
             for arm, rounds_played in turns.played.items()
-            if any(name in r["cells"] for r in rounds_played)
+        }
+        summary = {
+            arm: summarise_arm(rounds_of_arm, turns.starts.get(arm, []))
+            for arm, rounds_of_arm in raw.items()
+            if rounds_of_arm
         }
         results[name] = {
             "workload": workload.__dict__,
@@ -189,10 +190,7 @@ def run_all(
             "arms": summary,
             "compare": compare(summary),
             "start_errors": turns.errors,
-            "raw": {
-                arm: [r["cells"][name] for r in rounds_played if name in r["cells"]]
-                for arm, rounds_played in turns.played.items()
-            },
+            "raw": raw,
             "setup": setup.summary() if setup else None,
         }
     if len(results) == 1:
