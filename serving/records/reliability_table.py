@@ -199,9 +199,12 @@ ROWS = (
     Row(
         "graceful shutdown",
         "`tests/serving/test_reliability.py`",
-        "SIGTERM during a 200-token request: `up` waits for the gateway's in-flight requests "
+        "SIGTERM during a long request: `up` waits for the gateway's in-flight requests "
         "(deadline 60 s), the request completes with the golden text, exit 0",
-        lambda r: f"exit {r['reliability']['sigterm_exit_s']} s after SIGTERM",
+        lambda r: (
+            f"exit {r['reliability']['sigterm_exit_s']} s after SIGTERM during a "
+            f"{r['reliability']['sigterm_request_tokens']}-token request"
+        ),
     ),
 )
 

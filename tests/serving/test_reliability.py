@@ -662,12 +662,22 @@ def test_killed_engine_replica_is_replaced(app, golden_design: GoldenDesign):
         golden_ok(app, golden_design, seed=10 + seed)
 
 
+# Long enough to be still running when the drain begins: a 200-token request on an idle
+# machine could end before the test saw it in flight.
+SIGTERM_REQUEST_TOKENS = 1000
+
+
 def test_sigterm_drains_in_flight_requests(app, golden_design: GoldenDesign):
     prompt = prompt_of(golden_design, 3, seed=77)
     result: dict = {}
 
     def request():
-        body = {"model": MODEL, "prompt": prompt, "max_tokens": 200, "temperature": 0}
+        body = {
+            "model": MODEL,
+            "prompt": prompt,
+            "max_tokens": SIGTERM_REQUEST_TOKENS,
+            "temperature": 0,
+        }
         try:
             result["response"] = httpx.post(
                 f"{app['base']}/v1/completions", json=body, headers=AUTH, timeout=120
@@ -688,8 +698,9 @@ def test_sigterm_drains_in_flight_requests(app, golden_design: GoldenDesign):
     worker.join(120)
     app["proc"].wait(120)
     FIGURES["sigterm_exit_s"] = round(time.monotonic() - sent, 1)
+    FIGURES["sigterm_request_tokens"] = SIGTERM_REQUEST_TOKENS
     assert "error" not in result, result
     out = result["response"].json()
-    assert out["choices"][0]["text"] == golden_design.continuation(prompt, 200)
+    assert out["choices"][0]["text"] == golden_design.continuation(prompt, SIGTERM_REQUEST_TOKENS)
     assert app["proc"].returncode == 0
     assert "[dsv4-serve] stopped" in Path(app["log"]).read_text()
