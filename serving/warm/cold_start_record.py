@@ -104,7 +104,7 @@ def _traffic_kernels(out: Path) -> dict[str, int]:
 
 
 def engine_summary(folder: Path) -> dict[str, Any]:
-    """One imported engine's bench: its start by stage, its rounds and what compiled."""
+    """One engine's bench: its start by stage, its rounds and what compiled."""
     bench = json.loads((folder / "bench.json").read_text())
     (target,) = bench["targets"]
     logs = sorted((folder / "logs").glob("*.log"))
@@ -163,6 +163,9 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
         # Every kernel file the imported engines added, at their starts and in traffic.
         "kernels_added_after_import": _traffic_kernels(out),
     }
+    # vLLM's own start on an empty cache with no compile pool, where the run had it.
+    if (out / "default-k2" / "bench.json").exists():
+        record["default_start"] = engine_summary(out / "default-k2")
     # The table's column reads the k = 2 engine, the preset's own speculation.
     if "k2" in engines:
         record["imported_engine"] = engines["k2"] | {"layers": 12}

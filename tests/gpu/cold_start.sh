@@ -10,7 +10,8 @@
 # Environment: JOBS (compile processes, default every core), LAYERS (bench depth, 12),
 # KV_GIB (each bench engine's KV cache, 12), KINDS (the bench targets from the warmed cache,
 # vllm-k2 vllm-k0; empty: only the imported ones), IMPORTED (the targets from the imported
-# cache, vllm-k2 vllm-k0).
+# cache, vllm-k2 vllm-k0), DEFAULT_START (1: last, the k = 2 engine as a node without the
+# warm starts it: an empty cache and no compile pool, one round at c = 8).
 set -u -o pipefail
 out=${1:?usage: cold_start.sh OUT_DIR CACHE_DIR}
 cache=${2:?usage: cold_start.sh OUT_DIR CACHE_DIR}
@@ -32,12 +33,12 @@ bench() {  # NAME CACHE KIND ROUNDS CONCURRENCY...
     shift 4
     stamp "bench $name ($kind, cache $dir)"
     (eval "$(python3 -m serving.config.jit_cache exports "$dir")"
-     timeout 900 python3 -m serving.cli bench --preset h200-flash-bench \
+     timeout "${BENCH_TIMEOUT_S:-900}" python3 -m serving.cli bench --preset h200-flash-bench \
         --set "model.bench.layers=${LAYERS:-12}" \
         --set "model.source=.cache/models/flash-bench-${LAYERS:-12}" \
         --local "$kind" --kv-cache-gib "${KV_GIB:-12}" --concurrency "$@" --requests 8 \
         --requests-per-stream 2 --rounds "$rounds" --max-tokens 128 --prompt-words 512 \
-        --budget-s 600 --logs "$out/$name/logs" --out "$out/$name") || failed=1
+        --budget-s "${BENCH_BUDGET_S:-600}" --logs "$out/$name/logs" --out "$out/$name") || failed=1
     stamp "bench $name exit"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -77,6 +78,14 @@ if [ -n "$archive" ]; then
         done
 else
     echo "no archive to import"; failed=1
+fi
+if [ "${DEFAULT_START:-0}" = 1 ]; then
+    # vLLM's own start beside the warm's: nothing compiled ahead. It runs last, so its
+    # imports come from a page cache the runs before filled (a fresh node's are slower).
+    rm -rf "$out/../jit-default"
+    export DSV4_JIT_JOBS=0 BENCH_TIMEOUT_S=1500 BENCH_BUDGET_S=1400
+    bench default-k2 "$out/../jit-default" vllm-k2 1 8
+    kernels "$out/../jit-default" after-default
 fi
 echo "$failed" > "$out/failed"
 stamp "done (failed=$failed)"

@@ -87,6 +87,25 @@ def test_the_run_s_own_lines_give_back_the_committed_record(tmp_path):
     assert record["kernels_added_after_import"] == was_engine["kernels_compiled_at_start"]
     assert engine["kernels_compiled_during_traffic"] == {}
     assert record["gpu"] == committed["gpu"]
+    assert "default_start" not in record  # the run had no default-start arm
+
+
+def test_a_default_start_arm_is_summarised_beside_the_imported_engines(tmp_path):
+    out = _run_folder(tmp_path)
+    default = out / "default-k2"
+    (default / "logs").mkdir(parents=True)
+    (default / "logs" / "vllm-k2.log").write_text("(EngineCore pid=1) INFO no pool\n")
+    bench = json.loads((out / "imported-k2" / "bench.json").read_text())
+    bench["ready_seconds"]["vllm-k2"] = 612.34
+    bench["levels"] = [_level(8, [412.0], 9.31, 2.0)]
+    bench["levels"][0]["round_cache_kernels_added"] = [{"deep_gemm": 31}]
+    (default / "bench.json").write_text(json.dumps(bench))
+    record = build(out, "c", "d", "w", "m")
+    started = record["default_start"]
+    assert (started["ready_s"], started["precompile"]) == (612.3, "not logged")
+    assert started["rounds_tok_per_s"] == {"c8": [412.0]}
+    assert started["kernels_compiled_during_traffic"] == {"deep_gemm": 31}
+    assert record["imported_engine"]["ready_s"] == 79.5
 
 
 def test_a_run_that_did_not_finish_is_refused_naming_what_is_missing(tmp_path, capsys):
