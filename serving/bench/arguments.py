@@ -166,8 +166,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=non_negative_float,
         default=0,
         metavar="S",
-        help="wall-clock budget of the whole run: load cells that would start too late to "
-        "stop the targets and write the report within it are skipped (0: none)",
+        help="wall-clock budget of the whole run: the targets' start may use what is left "
+        "of it, and load cells that would start too late to stop the targets and write the "
+        "report within it are skipped (0: none, and the start waits its default limit)",
     )
     parser.add_argument(
         "--ray-metrics-interval-ms",

@@ -43,6 +43,15 @@ class BenchError(ValueError):
     """A bench argument is invalid; the message names it."""
 
 
+def start_timeout(deadline: float | None) -> float:
+    """How long the targets may take to start: what is left of ``--budget-s`` where one is
+    given (a start with nothing compiled ahead can take longer than the default), else
+    ``local.READY_TIMEOUT_S``."""
+    if deadline is None:
+        return local.READY_TIMEOUT_S
+    return max(deadline - time.monotonic(), 30.0)
+
+
 def parse_target(spec: str, api_key: str) -> Target:
     """``NAME=BASE_URL[,metrics=URL][,model=ID]``."""
     name, sep, rest = spec.partition("=")
@@ -386,11 +395,8 @@ def _start_local(
         meta["start_stages_seconds"] |= stages
         meta["start_errors"] |= errors
         kinds = [k for k in kinds if k not in errors]
-    timeout = local.READY_TIMEOUT_S
-    if deadline is not None:
-        timeout = min(timeout, max(deadline - time.monotonic(), 30.0))
     servers, errors = local.start_all(
-        local_specs(kinds, setup), logs, _progress, args.start, timeout
+        local_specs(kinds, setup), logs, _progress, args.start, start_timeout(deadline)
     )
     stack.callback(_stop, servers)
     meta["start_errors"] |= errors

@@ -164,8 +164,14 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
         "kernels_added_after_import": _traffic_kernels(out),
     }
     # vLLM's own start on an empty cache with no compile pool, where the run had it.
-    if (out / "default-k2" / "bench.json").exists():
-        record["default_start"] = engine_summary(out / "default-k2")
+    default = out / "default-k2"
+    if (default / "bench.json").exists():
+        started = json.loads((default / "bench.json").read_text())
+        record["default_start"] = (
+            engine_summary(default)
+            if started["targets"]
+            else {"not_ready": started.get("start_errors", {})}  # e.g. past its budget
+        )
     # The table's column reads the k = 2 engine, the preset's own speculation.
     if "k2" in engines:
         record["imported_engine"] = engines["k2"] | {"layers": 12}

@@ -83,7 +83,7 @@ if [ "${DEFAULT_START:-0}" = 1 ]; then
     # vLLM's own start beside the warm's: nothing compiled ahead. It runs last, so its
     # imports come from a page cache the runs before filled (a fresh node's are slower).
     rm -rf "$out/../jit-default"
-    export DSV4_JIT_JOBS=0 BENCH_TIMEOUT_S=1500 BENCH_BUDGET_S=1400
+    export DSV4_JIT_JOBS=0 BENCH_TIMEOUT_S=960 BENCH_BUDGET_S=900
     bench default-k2 "$out/../jit-default" vllm-k2 1 8
     kernels "$out/../jit-default" after-default
 fi

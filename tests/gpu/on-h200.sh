@@ -97,6 +97,12 @@ install_nixl() {
 # working tree cannot change under it. SRC_FROM: a committed tree (`git archive HEAD serving
 # model_overrides tests pyproject.toml | tar -x -C .gpu-src`, carried).
 copy_src() {
+    # A job still running works in $work/src: replacing it would pull its files from under it.
+    local status
+    for status in "$work"/*/job.log; do
+        [ -f "$status" ] && [ ! -f "$(dirname "$status")/status" ] &&
+            { echo "a job still runs ($(dirname "$status")): wait for it first"; exit 2; }
+    done
     rm -rf "$work/src" && mkdir -p "$work/src"
     (cd "${SRC_FROM:-.}" && cp -r serving model_overrides tests pyproject.toml "$work/src/")
 }
@@ -108,7 +114,7 @@ seed_jit() {
     if ls .jit-seed/dsv4-jit-*.part* >/dev/null 2>&1; then
         local name
         name=$(ls .jit-seed/dsv4-jit-*.part* | head -1 | sed 's/\.part.*//')
-        cat .jit-seed/dsv4-jit-*.part* > "$work/$(basename "$name")"
+        cat "$name".part* > "$work/$(basename "$name")"  # one archive, should two be there
         python3 -m serving.cli warm --import "$work/$(basename "$name")" --cache "$work/jit"
     elif ls .jit-seed/jit.tgz.part* >/dev/null 2>&1; then
         mkdir -p "$work/jit"
@@ -129,7 +135,8 @@ reuse_jit() {
 # status in $work/NAME/status when it ends.
 start_job() {  # NAME SCRIPT
     (cd "$work/src" && PYTHONPATH="$work/src:${PYTHONPATH:-}" setsid nohup bash -c \
-        'bash "tests/gpu/$1" "$2" "$3"; echo $? > "$2/status"' _ "$2" "$work/$1" "$work/jit" \
+        'bash "tests/gpu/$1" "$2" "$3"; echo $? > "$2/status.tmp"; mv "$2/status.tmp" "$2/status"' \
+        _ "$2" "$work/$1" "$work/jit" \
         > "$work/$1/job.log" 2>&1 < /dev/null &)
     sleep 15
     tail -5 "$work/$1/job.log"
@@ -157,7 +164,7 @@ start_bench() {  # DIR LOG COMMAND...
     local dir=$1 log=$2
     shift 2
     rm -f "$dir/status"
-    setsid nohup bash -c '"$@"; echo $? > "$0"' "$dir/status" "$@" > "$log" 2>&1 < /dev/null &
+    setsid nohup bash -c '"$@"; echo $? > "$0.tmp"; mv "$0.tmp" "$0"' "$dir/status" "$@" > "$log" 2>&1 < /dev/null &
 }
 # What a step that collects a background bench exits with: the bench's own exit status
 # once it ended (1 where it ended 0 without its report), 75 while it still runs (poll again).
@@ -424,6 +431,10 @@ draft-sampling-wait)
     exit "$job_rc"
     ;;
 routing-realwidth)
+    if [ "$gpu_mib" -lt 100000 ]; then
+        echo "routing-realwidth needs an H200: two 12-layer replicas do not fit ${gpu_mib} MiB"
+        exit 2
+    fi
     rm -rf "$work/routing-realwidth"
     mkdir -p "$work/routing-realwidth"
     copy_src

@@ -6,11 +6,12 @@
 # (serving/bench/routing_bench.py), on the conversation workload with a shared system
 # prompt of each PREFIXES length in words, at each CONCURRENCY: every (prefix, concurrency)
 # cell on each arm's one app start, each cell's figures in OUT_DIR/bench/prefix-P-c-C
-# (a SIGTERM at TIMEOUT_S keeps the arms that finished).
+# (a SIGTERM at TIMEOUT_S keeps the arms that finished; a lent machine is held 30 minutes,
+# staging included, so a run that does not fit one takes PREFIXES a few at a time).
 #   tests/gpu/routing_realwidth.sh OUT_DIR CACHE_DIR
 # Environment: PREFIXES ("8192 16384 32768"), CONCURRENCY ("8 32"), CONVERSATIONS (32),
 # TURNS (4), KV_GIB (each replica's KV cache, 12), LAYERS (12), MAX_MODEL_LEN (49152:
-# the longest prefix, its turns and their answers), TIMEOUT_S (3000).
+# the longest prefix, its turns and their answers), TIMEOUT_S (1400).
 set -u -o pipefail
 out=${1:?usage: routing_realwidth.sh OUT_DIR CACHE_DIR}
 cache=${2:?usage: routing_realwidth.sh OUT_DIR CACHE_DIR}
@@ -21,7 +22,7 @@ eval "$(python3 -m serving.config.jit_cache exports "$cache")"
 layers=${LAYERS:-12}
 stamp "routing bench: prefixes ${PREFIXES:-8192 16384 32768}, concurrency ${CONCURRENCY:-8 32}"
 # shellcheck disable=SC2086  # the lists split into arguments
-timeout "${TIMEOUT_S:-3000}" python3 -m serving.cli bench --routing --preset h200-flash-bench \
+timeout "${TIMEOUT_S:-1400}" python3 -m serving.cli bench --routing --preset h200-flash-bench \
     --set "model.bench.layers=$layers" --set "model.source=.cache/models/flash-bench-$layers" \
     --set accelerator.gpu_share=0.45 \
     --set "engine_args.max_model_len=${MAX_MODEL_LEN:-49152}" \

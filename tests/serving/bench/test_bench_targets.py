@@ -2,10 +2,12 @@
 arguments, environment and GPU memory budget they start with (nothing is started)."""
 
 import os
+import time
 
 import pytest
 
-from serving.bench.command import BenchError, bench_plan, bench_setup
+from serving.bench import local
+from serving.bench.command import BenchError, bench_plan, bench_setup, start_timeout
 from serving.bench.targets import (
     GPU_SHARE,
     RAY_REPORT_INTERVAL_ENV,
@@ -169,3 +171,11 @@ def test_gpu_targets_drop_the_cpu_backends_switches():
 def test_bad_local_targets_are_named_before_anything_starts(argv, message):
     with pytest.raises(BenchError, match=message):
         bench_setup(_args(["bench", *argv]))
+
+
+def test_a_budget_bounds_the_targets_start_beyond_the_default_limit():
+    # A start with nothing compiled ahead outlasts the default; the budget is the caller's.
+    now = time.monotonic()
+    assert local.READY_TIMEOUT_S < 1390 < start_timeout(now + 1400) <= 1400
+    assert start_timeout(now - 5) == 30.0  # the budget spent: a short try, not none
+    assert start_timeout(None) == local.READY_TIMEOUT_S

@@ -106,6 +106,10 @@ def test_a_default_start_arm_is_summarised_beside_the_imported_engines(tmp_path)
     assert started["rounds_tok_per_s"] == {"c8": [412.0]}
     assert started["kernels_compiled_during_traffic"] == {"deep_gemm": 31}
     assert record["imported_engine"]["ready_s"] == 79.5
+    # A start that never became ready is said, not dropped.
+    error = {"vllm-k2": "vllm-k2 not ready after 1400 s"}
+    (default / "bench.json").write_text(json.dumps(bench | {"targets": [], "start_errors": error}))
+    assert build(out, "c", "d", "w", "m")["default_start"] == {"not_ready": error}
 
 
 def test_a_run_that_did_not_finish_is_refused_naming_what_is_missing(tmp_path, capsys):
