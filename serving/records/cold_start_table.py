@@ -15,6 +15,7 @@ SUMMARIES = (
     "docs/bench-cold-start/h100-import.json",
     "docs/bench-cold-start/h100-ledger.json",
     "docs/bench-cold-start/h100-prenorm-jobs.json",
+    "docs/bench-cold-start/h100-oproj-jobs.json",
 )
 DOC = "docs/benchmarks.md"
 REGION = "cold-start"
