@@ -1,15 +1,19 @@
-"""The summary of one draft-sampling cost run (tests/gpu/draft_sampling.sh's output folder):
-the same engine benched with greedy and with probabilistic drafts, cell by cell, as the
-committed record docs/speculation.md cites (docs/bench-draft-sampling/).
+"""The summary of one draft-sampling run (tests/gpu/draft_sampling.sh's output folder): the
+same engine benched with greedy and with probabilistic drafts, cell by cell, and the golden
+draft-sampling check's arms on the GPU, as the committed record docs/speculation.md cites
+(docs/bench-draft-sampling/).
 
     python -m serving.bench.draft_sampling_record OUT_DIR --commit REV --date YYYY-MM-DD
 
-Each figure comes from the two arms' bench.json; a missing arm or cell is an error naming it.
+Each figure comes from the run's files: the two bench arms' bench.json, each golden arm's
+record and pytest's last line. A bench arm or cell missing, or a run with neither bench nor
+golden arms, is an error naming it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,9 @@ from typing import Any
 from serving.records.summary_cli import RecordError, run_versions, summary_main
 
 METHODS = ("greedy", "probabilistic")
+# The record tests/serving/golden/test_golden_draft_sampling.py writes, whatever its platform.
+GOLDEN_RECORD = "draft_sampling_cpu.json"
+PYTEST_RESULT = re.compile(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$")
 
 
 def _arm(out: Path, method: str) -> dict[str, Any]:
@@ -37,7 +44,27 @@ def _cell(level: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[str, Any]:
+def _golden(out: Path) -> dict[str, Any]:
+    """Each golden arm (records-ARM/ beside golden-ARM.log): its figures and pytest's verdict."""
+    arms = {}
+    for path in sorted(out.glob(f"records-*/{GOLDEN_RECORD}")):
+        arm = path.parent.name.removeprefix("records-")
+        log = out / f"golden-{arm}.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        verdicts = [m.group(1) for line in lines if (m := PYTEST_RESULT.match(line.strip()))]
+        if not verdicts:
+            raise RecordError(f"{log}: no pytest result line (the {arm} arm did not finish)")
+        record = json.loads(path.read_text())
+        arms[arm] = {"result": verdicts[-1], "vllm": record["vllm"], "figures": record["figures"]}
+    return arms
+
+
+def _gpu_name(out: Path) -> str | None:
+    path = out / "gpu.txt"  # nvidia-smi's name, driver, memory line
+    return path.read_text().split(",")[0].strip() if path.exists() else None
+
+
+def _bench(out: Path) -> dict[str, Any]:
     arms = {method: _arm(out, method) for method in METHODS}
     temperatures = {arms[m]["plan"].get("temperature", 0.0) for m in METHODS}
     if len(temperatures) != 1:
@@ -53,16 +80,29 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
         cell["probabilistic_over_greedy"] = round(sampled / greedy, 3) if greedy else None
     machine = arms["greedy"].get("client_machine", {})
     return {
-        "what": what,
-        "command": command,
-        "commit": commit,
-        "date": date,
         "gpu": {"name": (machine.get("gpu") or {}).get("name"), "cpu_cores": machine.get("cpus")},
         "versions": run_versions(machine),
         "temperature": temperatures.pop(),
         "ready_s": {m: round(next(iter(arms[m]["ready_seconds"].values())), 1) for m in METHODS},
         "cells": dict(sorted(cells.items(), key=lambda item: int(item[0][1:]))),
     }
+
+
+def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[str, Any]:
+    golden = _golden(out)
+    benched = any((out / method / "bench.json").exists() for method in METHODS)
+    if not benched and not golden:
+        raise RecordError(f"{out}: neither a bench arm ({', '.join(METHODS)}) nor a golden arm")
+    record: dict[str, Any] = {"what": what, "command": command, "commit": commit, "date": date}
+    if benched:
+        record |= _bench(out)
+    else:
+        vllm = {arm["vllm"] for arm in golden.values()}
+        record["gpu"] = {"name": _gpu_name(out)}
+        record["versions"] = {"vllm": vllm.pop() if len(vllm) == 1 else sorted(vllm)}
+    if golden:
+        record["golden"] = golden
+    return record
 
 
 def main(argv: list[str]) -> int:

@@ -21,6 +21,7 @@ began=$(date +%s)
 stamp() { echo "== $* ($(( $(date +%s) - began )) s in)"; }
 failed=0
 eval "$(python3 -m serving.config.jit_cache exports "$cache")"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 golden() {  # NAME PRESET: the golden draft-sampling tests with that preset's engines
     stamp "golden draft sampling: $1"
     # Each engine child's whole log is kept (DSV4_CHILD_LOG_DIR): a CUDA assert names its

@@ -63,3 +63,40 @@ def test_a_cell_one_arm_did_not_run_is_refused(tmp_path):
     (tmp_path / "greedy" / "bench.json").unlink()
     with pytest.raises(RecordError, match="greedy arm did not finish"):
         build(tmp_path, "c", "d", "w", "m")
+
+
+GOLDEN = "docs/bench-draft-sampling/h100-golden-fixed-kv.json"
+
+
+def _golden_arm(root: Path, arm: str, figures: dict, last_line: str) -> Path:
+    """A golden arm as tests/gpu/draft_sampling.sh leaves it: the test's record and log."""
+    record = {"name": "draft_sampling_cpu", "vllm": "0.34.0", "figures": figures}
+    (root / f"records-{arm}").mkdir(parents=True)
+    (root / f"records-{arm}" / "draft_sampling_cpu.json").write_text(json.dumps(record))
+    slow = f"[slow step] 273s setup tests/...::test_drafts[greedy]\n{'.' * 7}  [100%]\n"
+    (root / f"golden-{arm}.log").write_text(slow + last_line + "\n")
+    return root
+
+
+def test_a_golden_only_run_gives_back_the_committed_record(tmp_path):
+    committed = json.loads((ROOT / GOLDEN).read_text())
+    arm = committed["golden"]["fixed-kv"]
+    _golden_arm(tmp_path, "fixed-kv", arm["figures"], arm["result"])
+    (tmp_path / "gpu.txt").write_text("NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB\n")
+    record = build(tmp_path, committed["commit"], committed["date"], "w", "c")
+    assert record["golden"] == committed["golden"]
+    assert (record["gpu"], record["versions"]) == (committed["gpu"], committed["versions"])
+    assert "cells" not in record  # no bench arm ran
+
+
+def test_a_golden_arm_that_did_not_finish_and_an_empty_run_are_refused(tmp_path):
+    figures = json.loads((ROOT / GOLDEN).read_text())["golden"]["fixed-kv"]["figures"]
+    with pytest.raises(RecordError, match="neither a bench arm"):
+        build(tmp_path, "c", "d", "w", "m")
+    _golden_arm(tmp_path, "default", figures, "")  # killed before pytest's summary
+    with pytest.raises(RecordError, match="golden-default.log: no pytest result line"):
+        build(tmp_path, "c", "d", "w", "m")
+    (tmp_path / "golden-default.log").write_text("==== 1 failed, 6 passed in 80.1s ====\n")
+    assert build(tmp_path, "c", "d", "w", "m")["golden"]["default"]["result"] == (
+        "1 failed, 6 passed in 80.1s"
+    )
