@@ -184,3 +184,34 @@ def test_status_tables_link_figures_not_copy_them(path: Path, header: str, headi
     assert len(cells) > 5, f"{path.name}: no '{header}' column found under {heading!r}"
     copied = [m.group(0) for cell in cells for m in MEASURED.finditer(cell)]
     assert not copied, f"{path.name}: measured figures in '{header}': {copied}"
+
+
+PRESET_ROW = re.compile(r"^\| `([\w-]+)`(?: \(default\))? \|(.*)\|\s*$", re.M)
+
+
+def _speculation_words(name: str) -> str:
+    """What a preset table's speculation cell says, from the preset itself."""
+    from serving.config.preset import load_preset
+
+    spec = load_preset(name).speculation
+    method = {"mtp": "MTP", "dspark": "DSpark"}[spec.method]
+    words = f"{method} k={spec.num_speculative_tokens}"
+    if spec.draft_sample_method == "probabilistic":
+        words += ", probabilistic"
+    if spec.synthetic_acceptance:
+        words += ", synthetic acceptance"
+    return words
+
+
+@pytest.mark.parametrize("page", [README, DOCS / "presets.md"], ids=lambda p: p.name)
+def test_the_preset_tables_say_what_each_preset_speculates(page):
+    """The speculation column is copied by hand: it must say the preset's method, k and
+    draft sampling as the preset file has them."""
+    from serving.config.preset import list_presets
+
+    rows = {name: cells for name, cells in PRESET_ROW.findall(page.read_text())}
+    assert set(list_presets()) <= set(rows), f"{page.name}: presets missing from its table"
+    for name in list_presets():
+        cells = [cell.strip() for cell in rows[name].split("|")]
+        column = 1 if page == README else 3  # README: model+hardware merged into one cell
+        assert cells[column] == _speculation_words(name), (page.name, name, cells)
