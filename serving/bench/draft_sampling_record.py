@@ -45,13 +45,18 @@ def _cell(level: dict[str, Any]) -> dict[str, Any]:
 
 
 def _golden(out: Path) -> dict[str, Any]:
-    """Each golden arm (records-ARM/ beside golden-ARM.log): its figures and pytest's verdict."""
+    """Each golden arm (golden-ARM.log, its record in records-ARM/): its figures and pytest's
+    verdict. An arm whose engines never finished has a log and no record: kept, figures None."""
     arms = {}
-    for path in sorted(out.glob(f"records-*/{GOLDEN_RECORD}")):
-        arm = path.parent.name.removeprefix("records-")
-        log = out / f"golden-{arm}.log"
-        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    for log in sorted(out.glob("golden-*.log")):
+        arm = log.stem.removeprefix("golden-")
+        lines = log.read_text(errors="replace").splitlines()
         verdicts = [m.group(1) for line in lines if (m := PYTEST_RESULT.match(line.strip()))]
+        path = out / f"records-{arm}" / GOLDEN_RECORD
+        if not path.exists():
+            verdict = verdicts[-1] if verdicts else "no pytest result"
+            arms[arm] = {"result": f"{verdict}; no record", "vllm": None, "figures": None}
+            continue
         if not verdicts:
             raise RecordError(f"{log}: no pytest result line (the {arm} arm did not finish)")
         record = json.loads(path.read_text())
@@ -97,7 +102,7 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
     if benched:
         record |= _bench(out)
     else:
-        vllm = {arm["vllm"] for arm in golden.values()}
+        vllm = {arm["vllm"] for arm in golden.values() if arm["vllm"]}
         record["gpu"] = {"name": _gpu_name(out)}
         record["versions"] = {"vllm": vllm.pop() if len(vllm) == 1 else sorted(vllm)}
     if golden:

@@ -66,9 +66,9 @@ def table(record: Record | None = None, gpu_runs: list[dict[str, Any]] | None = 
     sources = [f"CPU: {record.source()}"]
     for path, run in zip(GPU_RUNS, gpu_runs, strict=True):
         for arm, golden in run["golden"].items():
-            lines += _rows(
-                f"{run['gpu']['name']} ({arm}), vLLM {golden['vllm']}", golden["figures"]
-            )
+            if golden["figures"]:  # an arm whose engines never finished has only its verdict
+                label = f"{run['gpu']['name']} ({arm}), vLLM {golden['vllm']}"
+                lines += _rows(label, golden["figures"])
             sources.append(
                 f"{run['gpu']['name']} ({arm}): `{path}` ({run['commit']}, {run['date']}; "
                 f"the test: {golden['result']}; `{run['command']}`)"

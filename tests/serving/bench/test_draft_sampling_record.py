@@ -100,3 +100,7 @@ def test_a_golden_arm_that_did_not_finish_and_an_empty_run_are_refused(tmp_path)
     assert build(tmp_path, "c", "d", "w", "m")["golden"]["default"]["result"] == (
         "1 failed, 6 passed in 80.1s"
     )
+    # An arm whose engines died before writing the record: its verdict kept, no figures.
+    (tmp_path / "golden-crashed.log").write_text("E   RuntimeError: engine died\n")
+    crashed = build(tmp_path, "c", "d", "w", "m")["golden"]["crashed"]
+    assert crashed == {"result": "no pytest result; no record", "vllm": None, "figures": None}

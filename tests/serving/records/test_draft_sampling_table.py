@@ -30,3 +30,15 @@ def test_each_run_s_rows_divide_its_own_counts_by_its_own_draft_steps():
             assert cells[3].startswith(f"{first:.3f} / ")
     # The GPU run's verdict is said beside its figures: a failed check would show.
     assert all(golden["result"] in text for golden in gpu["golden"].values())
+
+
+def test_an_arm_that_never_finished_is_said_in_the_sources_without_rows():
+    (path,) = draft_sampling_table.GPU_RUNS
+    run = json.loads((ROOT / path).read_text())
+    verdict = "no pytest result; no record"
+    run["golden"]["default"] = {"result": verdict, "vllm": None, "figures": None}
+    text = draft_sampling_table.table(gpu_runs=[run])
+    assert f"the test: {verdict};" in text
+    assert not [
+        line for line in text.splitlines() if line.startswith("| NVIDIA") and "(default)" in line
+    ]
