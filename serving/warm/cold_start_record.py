@@ -19,6 +19,7 @@ from typing import Any
 
 from serving.records.summary_cli import RecordError, run_versions, summary_main
 from serving.warm.command import PRECOMPILE_LINE
+from serving.warm.start_timeline import kernel_file_times, milestones, since_launch
 
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 WARM_TOTAL = re.compile(rf"\[warm\s+{NUMBER}s\] exported ")
@@ -55,7 +56,26 @@ def _stages(text: str) -> dict[str, float]:
     return {name: float(s) for name, s in re.findall(rf"([a-z_]+) {NUMBER}s", text)}
 
 
-def warm_summary(out: Path) -> dict[str, Any]:
+def _engine_log(folder: Path) -> str | None:
+    logs = sorted(folder.glob("*.log")) if folder.is_dir() else []
+    return logs[0].read_text(errors="replace") if logs else None
+
+
+def _warm_timeline(out: Path, year: int, ready_s: float) -> dict[str, Any]:
+    """The warm engine's start from its log, and when each tool's kernel files landed after
+    its weights (the compile pool's start); empty where the run's logs were not kept."""
+    log = _engine_log(out / "warm-logs")
+    if log is None:
+        return {}
+    timeline: dict[str, Any] = {"timeline_s": since_launch(log, year, ready_s)}
+    listing = out / "files-after-warm.txt"
+    weights = milestones(log, year).get("weights_loaded")
+    if listing.exists() and weights is not None:
+        timeline["kernel_files_after_weights_s"] = kernel_file_times(listing, weights)
+    return timeline
+
+
+def warm_summary(out: Path, year: int | None = None) -> dict[str, Any]:
     log = (out / "warm.log").read_text(errors="replace")
     where = str(out / "warm.log")
     ready = _find(READY, log, where)
@@ -92,6 +112,8 @@ def warm_summary(out: Path) -> dict[str, Any]:
     }
     if inspected := INSPECTED.search(log):
         summary["model_classes_inspected_by_s"] = float(inspected.group(1))
+    if year is not None:
+        summary |= _warm_timeline(out, year, summary["engine_ready_s"])
     return summary
 
 
@@ -103,7 +125,7 @@ def _traffic_kernels(out: Path) -> dict[str, int]:
     return dict(Counter(line.removeprefix("./").split("/")[0] for line in files))
 
 
-def engine_summary(folder: Path) -> dict[str, Any]:
+def engine_summary(folder: Path, year: int | None = None) -> dict[str, Any]:
     """One engine's bench: its start by stage, its rounds and what compiled."""
     bench = json.loads((folder / "bench.json").read_text())
     (target,) = bench["targets"]
@@ -125,7 +147,7 @@ def engine_summary(folder: Path) -> dict[str, Any]:
             added.update(kernels)
         if spec := level.get("spec_decode"):
             accepted[key] = round(spec["acceptance_length"], 2)
-    return {
+    summary = {
         "target": target,
         "ready_s": round(bench["ready_seconds"][target], 1),
         "stages_s": bench["start_stages_seconds"][target],
@@ -136,13 +158,18 @@ def engine_summary(folder: Path) -> dict[str, Any]:
         "kernels_compiled_during_traffic": dict(added),
         "acceptance_length": accepted,
     }
+    log = _engine_log(folder / "logs")
+    if year is not None and log is not None:
+        summary["timeline_s"] = since_launch(log, year, bench["ready_seconds"][target])
+    return summary
 
 
 def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[str, Any]:
     gpu_line = (out / "gpu.txt").read_text().strip().splitlines()[0]
     name, driver, *_ = [part.strip() for part in gpu_line.split(",")]
+    year = int(date[:4]) if date[:4].isdigit() else None
     engines = {
-        folder.name.removeprefix("imported-"): engine_summary(folder)
+        folder.name.removeprefix("imported-"): engine_summary(folder, year)
         for folder in sorted(out.glob("imported-*"))
         if (folder / "bench.json").exists()
     }
@@ -157,7 +184,7 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
         "date": date,
         "gpu": {"name": name, "driver": driver, "cpu_cores": machine.get("cpus")},
         "versions": run_versions(machine),
-        "warm": warm_summary(out),
+        "warm": warm_summary(out, year),
         "import_s": float(_find(IMPORTED, (out / "import.log").read_text(), "import.log").group(1)),
         "imported_engines": engines,
         # Every kernel file the imported engines added, at their starts and in traffic.
@@ -168,7 +195,7 @@ def build(out: Path, commit: str, date: str, what: str, command: str) -> dict[st
     if (default / "bench.json").exists():
         started = json.loads((default / "bench.json").read_text())
         record["default_start"] = (
-            engine_summary(default)
+            engine_summary(default, year)
             if started["targets"]
             else {"not_ready": started.get("start_errors", {})}  # e.g. past its budget
         )

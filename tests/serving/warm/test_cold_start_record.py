@@ -23,8 +23,9 @@ IMPORT_LOG = (
     "[warm    4.1s] imported dsv4-jit-154fadf042c45437.tar.gz into /root/dsv4-gpu/jit-imported\n"
 )
 ENGINE_LOG = (
-    "(EngineCore pid=1) INFO [parallel_jit_warmup.py:88] [dsv4-jit] pre-compile skipped: "
-    "these 1105 jobs were compiled into this cache already\n"
+    "(EngineCore pid=1) INFO 12-07 15:32:58 [parallel_jit_warmup.py:88] [dsv4-jit] pre-compile "
+    "skipped: these 1105 jobs were compiled into this cache already\n"
+    "(APIServer pid=2) INFO 12-07 15:33:43 [entry.py:139] Starting vLLM server on http://x:1\n"
 )
 
 
@@ -88,6 +89,9 @@ def test_the_run_s_own_lines_give_back_the_committed_record(tmp_path):
     assert engine["kernels_compiled_during_traffic"] == {}
     assert record["gpu"] == committed["gpu"]
     assert "default_start" not in record  # the run had no default-start arm
+    # The engine's log placed by its ready time: served at 79.5 s, its pool line 45 s before.
+    assert engine["timeline_s"]["serving"] == 79.5
+    assert engine["timeline_s"]["precompile_ended"] == 34.5
 
 
 def test_a_default_start_arm_is_summarised_beside_the_imported_engines(tmp_path):
