@@ -138,7 +138,9 @@ class Speculation(_Strict):
     method: Literal["mtp", "dspark", "none"]
     num_speculative_tokens: int = Field(0, ge=0, le=8)
     draft_sample_method: Literal["greedy", "probabilistic"] | None = Field(
-        None, description="vLLM's draft sampling (the DSpark recipes use probabilistic)"
+        None,
+        description="vLLM's draft sampling (unset: vLLM's greedy); a preset's setting stays "
+        "when --set speculation.method=none turns speculation off, with nothing to sample",
     )
     guard: GuardSettings = Field(
         default_factory=GuardSettings,
@@ -157,8 +159,6 @@ class Speculation(_Strict):
             raise ValueError("num_speculative_tokens must be 0 when method is 'none'")
         if self.method != "none" and not self.num_speculative_tokens:
             raise ValueError(f"method {self.method!r} needs num_speculative_tokens >= 1")
-        if self.method == "none" and self.draft_sample_method:
-            raise ValueError("draft_sample_method needs a speculative method")
         if self.method == "none" and self.guard.mode != "off":
             raise ValueError(f"guard mode {self.guard.mode!r} needs a speculative method")
         self.guard.check_k(self.num_speculative_tokens)

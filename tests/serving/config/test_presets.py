@@ -450,3 +450,14 @@ def test_speculation_info_names_the_draft_sampling_the_engine_will_use():
     assert chosen.vllm_config()["draft_sample_method"] == "probabilistic"
     bench = load_preset("h200-flash-bench").speculation
     assert bench.info_labels()["draft_sample_method"] == "synthetic"
+
+
+@pytest.mark.parametrize("preset", [p for p in list_presets() if "bench" not in p])
+def test_the_documented_sets_turn_speculation_off_on_every_preset(preset: str):
+    """docs/speculation.md's two --set flags, as a user passes them: no drafter is left,
+    whatever draft sampling the preset chose (bench presets' made-up acceptance needs a
+    drafter, and their k = 0 arm is the bench's own)."""
+    sets = ["speculation.method=none", "speculation.num_speculative_tokens=0"]
+    off = load_preset(preset, [parse_set(s) for s in sets])
+    assert off.speculation.vllm_config() is None
+    assert off.speculation.info_labels()["draft_sample_method"] == "none"
