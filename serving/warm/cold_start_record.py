@@ -56,20 +56,22 @@ def _stages(text: str) -> dict[str, float]:
     return {name: float(s) for name, s in re.findall(rf"([a-z_]+) {NUMBER}s", text)}
 
 
-def _engine_log(folder: Path) -> str | None:
-    logs = sorted(folder.glob("*.log")) if folder.is_dir() else []
-    return logs[0].read_text(errors="replace") if logs else None
+def _engine_logs(folder: Path) -> list[str]:
+    """The engine logs a bench or warm kept in ``folder`` (one per target), read once."""
+    paths = sorted(folder.glob("*.log")) if folder.is_dir() else []
+    return [path.read_text(errors="replace") for path in paths]
 
 
 def _warm_timeline(out: Path, year: int, ready_s: float) -> dict[str, Any]:
     """The warm engine's start from its log, and when each tool's kernel files landed after
     its weights (the compile pool's start); empty where the run's logs were not kept."""
-    log = _engine_log(out / "warm-logs")
-    if log is None:
+    logs = _engine_logs(out / "warm-logs")
+    if not logs:
         return {}
-    timeline: dict[str, Any] = {"timeline_s": since_launch(log, year, ready_s)}
+    found = milestones(logs[0], year)
+    timeline: dict[str, Any] = {"timeline_s": since_launch(found, ready_s)}
     listing = out / "files-after-warm.txt"
-    weights = milestones(log, year).get("weights_loaded")
+    weights = found.get("weights_loaded")
     if listing.exists() and weights is not None:
         timeline["kernel_files_after_weights_s"] = kernel_file_times(listing, weights)
     return timeline
@@ -129,11 +131,11 @@ def engine_summary(folder: Path, year: int | None = None) -> dict[str, Any]:
     """One engine's bench: its start by stage, its rounds and what compiled."""
     bench = json.loads((folder / "bench.json").read_text())
     (target,) = bench["targets"]
-    logs = sorted((folder / "logs").glob("*.log"))
+    logs = _engine_logs(folder / "logs")
     lines = [
         m.group(1)
-        for path in logs
-        for line in path.read_text(errors="replace").splitlines()
+        for log in logs
+        for line in log.splitlines()
         if (m := PRECOMPILE_LINE.search(line))
     ]
     rounds, ttft, accepted, compiles = {}, {}, {}, {}
@@ -158,9 +160,9 @@ def engine_summary(folder: Path, year: int | None = None) -> dict[str, Any]:
         "kernels_compiled_during_traffic": dict(added),
         "acceptance_length": accepted,
     }
-    log = _engine_log(folder / "logs")
-    if year is not None and log is not None:
-        summary["timeline_s"] = since_launch(log, year, bench["ready_seconds"][target])
+    if year is not None and logs:
+        found = milestones(logs[0], year)
+        summary["timeline_s"] = since_launch(found, bench["ready_seconds"][target])
     return summary
 
 

@@ -59,10 +59,10 @@ def milestones(log: str, year: int) -> dict[str, float]:
     return found
 
 
-def since_launch(log: str, year: int, ready_s: float) -> dict[str, float]:
-    """The milestones in seconds after the server's launch, placed by its measured ready time
-    (the "Starting vLLM server" line is within a health poll of ready: about a second)."""
-    found = milestones(log, year)
+def since_launch(found: dict[str, float], ready_s: float) -> dict[str, float]:
+    """``milestones``' times in seconds after the server's launch, placed by its measured
+    ready time (the "Starting vLLM server" line is within a health poll of ready: about a
+    second)."""
     if "serving" not in found:
         raise ValueError("the log has no 'Starting vLLM server' line: the engine never served")
     launched = found["serving"] - ready_s

@@ -26,7 +26,7 @@ W1207 15:31:49.585000 6822 torch/_opaque_base.py:6] torch._opaque_base is deprec
 
 
 def test_each_milestone_is_placed_after_the_launch_by_the_ready_time():
-    timeline = since_launch(LOG, 2026, ready_s=120.0)
+    timeline = since_launch(milestones(LOG, 2026), ready_s=120.0)
     assert timeline == {
         "first_line": 6.6,  # torch imported in the API server
         "api_server_first_line": 31.0,
@@ -42,8 +42,9 @@ def test_each_milestone_is_placed_after_the_launch_by_the_ready_time():
 
 
 def test_a_log_that_never_served_is_refused():
+    unserved = LOG.split("(APIServer pid=6822) INFO 12-07 15:33:43")[0]
     with pytest.raises(ValueError, match="never served"):
-        since_launch(LOG.split("(APIServer pid=6822) INFO 12-07 15:33:43")[0], 2026, 120.0)
+        since_launch(milestones(unserved, 2026), 120.0)
 
 
 def test_kernel_files_are_timed_per_tool_without_the_pool_s_own_files(tmp_path: Path):
