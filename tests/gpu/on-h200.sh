@@ -98,10 +98,10 @@ install_nixl() {
 # model_overrides tests pyproject.toml | tar -x -C .gpu-src`, carried).
 copy_src() {
     # A job still running works in $work/src: replacing it would pull its files from under it.
-    local status
-    for status in "$work"/*/job.log; do
-        [ -f "$status" ] && [ ! -f "$(dirname "$status")/status" ] &&
-            { echo "a job still runs ($(dirname "$status")): wait for it first"; exit 2; }
+    local job
+    for job in "$work"/*/; do
+        [ -f "$job/job.log" ] && [ ! -f "$job/status" ] &&
+            { echo "a job still runs ($job): wait for it first"; exit 2; }
     done
     rm -rf "$work/src" && mkdir -p "$work/src"
     (cd "${SRC_FROM:-.}" && cp -r serving model_overrides tests pyproject.toml "$work/src/")
