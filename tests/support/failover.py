@@ -2,13 +2,17 @@
 helper of tests/serving/routing/test_prefix_routing.py)."""
 
 import os
+import re
 import signal
-import subprocess
 import threading
 import time
+from collections import Counter
+from dataclasses import dataclass
 
 import httpx
 
+from serving.bench.conversations import REPLICA_HEADER
+from serving.config.proxy import haproxy_config
 from serving.golden import GoldenDesign
 from tests.support.golden_prompts import prompt_of
 from tests.support.streams import stream_ending, wait_streaming
@@ -50,29 +54,58 @@ def wait_for_replicas_up(count: int, timeout_s: float) -> float:
 REPLICA = "ServeReplica:dsv4:Dsv4Server"
 
 
-def pids(pattern: str) -> list[int]:
-    """Processes matching ``pattern`` that belong to a live engine replica: the replica
-    itself or its children (an engine core a killed replica left behind does not count)."""
+def replica_process(replica_id: str):
+    """The process of the engine replica with Serve id ``replica_id``: the one listening on
+    the address HAProxy's config gives its server (Ray's template,
+    ray/serve/_private/haproxy_templates.py: ``server <name> <host>:<port>``). Ray's
+    process title names the deployment only, and an engine replica keeps no file of its
+    own open."""
     import psutil
 
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-    found = []
-    for pid in sorted(int(p) for p in out.stdout.split()):
+    configs = {
+        config
+        for proc in psutil.process_iter(["cmdline"])
+        if (config := haproxy_config(proc.info["cmdline"] or [])) is not None
+    }
+    server = rf"^\s*server SERVE_REPLICA_\S+-{replica_id} \S+:(\d+)\s"
+    ports = {int(m.group(1)) for c in configs for m in re.finditer(server, c.read_text(), re.M)}
+    assert len(ports) == 1, f"replica {replica_id}'s port in HAProxy's {configs}: {ports}"
+    port = ports.pop()
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            return psutil.Process(conn.pid)
+    raise AssertionError(f"nothing listens on replica {replica_id}'s port {port}")
+
+
+def victim_pid(pattern: str, replica_id: str) -> int:
+    """The process matching ``pattern`` of replica ``replica_id``: the replica itself or
+    one of its children (its engine core)."""
+    import psutil
+
+    proc = replica_process(replica_id)
+    for candidate in (proc, *proc.children(recursive=True)):
         try:
-            proc = psutil.Process(pid)
-            lineage = [proc, *proc.parents()]
-            if any(REPLICA in " ".join(p.cmdline()) for p in lineage):
-                found.append(pid)
+            if pattern in " ".join(candidate.cmdline()):
+                return candidate.pid
         except psutil.Error:
             continue
-    return found
+    raise AssertionError(f"replica {replica_id} has no {pattern} process")
 
 
-def stream(
-    base: str, auth: dict, endings: list[str], started: threading.Semaphore, max_tokens: int = 1500
-) -> None:
-    body = {"model": MODEL, "prompt": "neti", "max_tokens": max_tokens}
-    endings.append(stream_ending(base, auth, body, timeout=120, started=started))
+@dataclass
+class Stream:
+    """One long streamed completion: the replica that took it (our gateway's
+    ``x-dsv4-replica`` header) and how it ended."""
+
+    replica: str = ""
+    ending: str = ""
+
+    def run(self, base: str, auth: dict, started: threading.Semaphore) -> None:
+        def opened(response: httpx.Response) -> None:
+            self.replica = response.headers.get(REPLICA_HEADER, "")
+
+        body = {"model": MODEL, "prompt": "neti", "max_tokens": 1500}
+        self.ending = stream_ending(base, auth, body, timeout=120, started=started, on_open=opened)
 
 
 class Prober(threading.Thread):
@@ -104,30 +137,30 @@ class Prober(threading.Thread):
 
 
 def fail_one(app: dict, design: GoldenDesign, victim_pattern: str) -> dict:
-    """Four long streams, then a prober's short requests; kill the first process matching
-    ``victim_pattern`` (one per replica). ``app``: ``base`` URL and ``auth`` headers."""
-    endings: list[str] = []
+    """Four long streams, then a prober's short requests; kill the ``victim_pattern``
+    process of the replica that took the most streams. ``app``: ``base`` URL and ``auth``
+    headers. Where the streams landed is read, not assumed: with the rest of the suite
+    on two cores a load probe can miss its deadline, and then the two ingress routers,
+    each counting only what it placed itself, can put all four on one replica (CI did)."""
     started = threading.Semaphore(0)
-    streams = [
-        threading.Thread(
-            target=stream, args=(app["base"], app["auth"], endings, started), daemon=True
-        )
-        for _ in range(4)
+    streams = [Stream() for _ in range(4)]
+    threads = [
+        threading.Thread(target=s.run, args=(app["base"], app["auth"], started), daemon=True)
+        for s in streams
     ]
-    # One at a time, each streaming before the next starts: the router's load probe then
-    # sees the ones before it, so the bound spreads them over both replicas (three and
-    # one). Started together, each of the two ingress routers placed two before a probe
-    # counted the other's, and all four could share the key's replica (CI did).
-    for t in streams:
+    # One at a time, each streaming before the next starts: clients arriving apart.
+    for t in threads:
         t.start()
-        wait_streaming(started, 1, endings)
+        wait_streaming(started, 1, [s.ending for s in streams])
+    landed = Counter(s.replica for s in streams)
+    assert "" not in landed, f"a stream without the {REPLICA_HEADER} header: {landed}"
+    victim = landed.most_common(1)[0][0]
     prober = Prober(app["base"], app["auth"], design)
     prober.start()
     time.sleep(1)
-    victims = pids(victim_pattern)
-    assert len(victims) == 2, f"expected one {victim_pattern} per replica, found {victims}"
+    pid = victim_pid(victim_pattern, victim)
     killed = time.monotonic()
-    os.kill(victims[0], signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
     # Until the streams have ended and HAProxy has both replicas again: when it marked
     # the victim down and when the replacement came up (never down: its engine died
     # inside a replica HAProxy kept sending to, until Serve replaced it).
@@ -138,7 +171,7 @@ def fail_one(app: dict, design: GoldenDesign, victim_pattern: str) -> dict:
             down_at = now
         if down_at is not None and up >= 2 and back_at is None:
             back_at = now
-        streaming = any(t.is_alive() for t in streams)
+        streaming = any(t.is_alive() for t in threads)
         if not streaming and (back_at is not None or (down_at is None and now - killed > 30)):
             break
         time.sleep(0.25)
@@ -146,11 +179,13 @@ def fail_one(app: dict, design: GoldenDesign, victim_pattern: str) -> dict:
     prober.stop.set()
     prober.join(60)
     after = [outcome for t, outcome in prober.results if t >= killed]
-    figures = {
-        "stream_endings": sorted(endings),
+    return {
+        "stream_endings": {
+            side: sorted(s.ending for s in streams if (s.replica == victim) == on_victim)
+            for side, on_victim in (("victim", True), ("survivor", False))
+        },
         "new_requests_after_kill": len(after),
         "new_requests_failed": [o for o in after if o != "ok"],
         "marked_down_after_s": round(down_at - killed, 1) if down_at else None,
         "survivor_alone_s": round(back_at - down_at, 1) if down_at and back_at else None,
     }
-    return figures

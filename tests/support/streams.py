@@ -1,6 +1,7 @@
 """How a streamed completion ended, as the client saw it (failure tests)."""
 
 import threading
+from collections.abc import Callable
 
 import httpx
 
@@ -11,10 +12,12 @@ def stream_ending(
     body: dict,
     timeout: float,
     started: threading.Semaphore | None = None,
+    on_open: Callable[[httpx.Response], None] | None = None,
 ) -> str:
     """Stream ``body`` to ``/v1/completions``: "complete" (a finish_reason arrived),
     "error event", "closed without finish (STATUS)", "hang" or "connection error NAME".
-    ``started`` is released at the first line: the request is on an engine."""
+    ``started`` is released at the first line: the request is on an engine; ``on_open``
+    sees the response (its headers) before that."""
     finish = None
     try:
         with httpx.stream(
@@ -24,6 +27,8 @@ def stream_ending(
             headers=headers,
             timeout=timeout,
         ) as response:
+            if on_open is not None:
+                on_open(response)
             for line in response.iter_lines():
                 if started is not None:
                     started.release()
