@@ -251,25 +251,37 @@ def test_the_routing_bench_plays_each_cell_cold_on_one_app(app, tmp_path):
     from serving.bench import routing_bench
     from serving.bench.load import Target
 
+    # Seeds of their own: a seed gives the same first words at any length, and the other
+    # tests draw theirs from 0-199 and 1000-1199 (a cell on the sticky test's seed found
+    # its 800-word prompt's first 512 tokens cached; CI did).
     base = ConversationWorkload(
-        conversations=2, turns=2, user_words=20, unrelated=0, max_tokens=4, concurrency=1
-    )
-    played = routing_bench.cells([replace(base, system_words=w) for w in (300, 600)])
+        conversations=2, turns=2, user_words=20, unrelated=0, max_tokens=4, concurrency=1,
+        seed=500,
+    )  # fmt: skip
+    # 600 words and more: a later turn's prompt then spans three 256-token blocks, of which
+    # a hit keeps two less the one MTP's draft recomputes (docs/routing.md); 300 words
+    # (384 tokens) could never hit.
+    played = routing_bench.cells([replace(base, system_words=w) for w in (600, 900)])
     # A router just started may send its first picks astray (docs/routing.md): warm it.
     play(app, replace(WORKLOAD, conversations=2, turns=1), seed=99)
     target = Target("prefix", f"{app['base']}/v1", MODEL, api_key=KEY)
     result = routing_bench.run_all(
         None, [], [target], played, 1, GoldenDesign().words, tmp_path / "logs", print
     )
-    assert list(result["cells"]) == ["prefix-300-c-1", "prefix-600-c-1"]
+    assert list(result["cells"]) == ["prefix-600-c-1", "prefix-900-c-1"]
     turns = {name: cell["raw"]["prefix"][0]["turns"] for name, cell in result["cells"].items()}
     assert all(len(t) == 4 and all(x["ok"] for x in t) for t in turns.values()), turns
-    # Each cell's first request is its first sight of its prefix (the 600-word cell would
-    # otherwise find the 300-word cell's first block); its later turns hit.
-    assert [t[0]["cached_tokens"] for t in turns.values()] == [0, 0], turns
-    assert all(max(x["cached_tokens"] for x in t[1:]) > 0 for t in turns.values()), turns
+    seen = {
+        name: [(x["session"], x["turn"], x["replica"], x["prompt_tokens"], x["cached_tokens"])
+               for x in t]
+        for name, t in turns.items()
+    }  # fmt: skip
+    # Each cell's first request is its first sight of its prefix (the 900-word cell would
+    # otherwise find the 600-word cell's first blocks); its later turns hit.
+    assert [t[0]["cached_tokens"] for t in turns.values()] == [0, 0], seen
+    assert all(max(x["cached_tokens"] for x in t[1:]) > 0 for t in turns.values()), seen
     paths = routing_bench.write(result, tmp_path / "out")
-    assert tmp_path / "out" / "prefix-600-c-1" / "routing.json" in paths
+    assert tmp_path / "out" / "prefix-900-c-1" / "routing.json" in paths
     assert sum(1 for _ in routing_bench.each_cell(result)) == 2
 
 
