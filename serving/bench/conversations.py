@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-REPLICA_HEADER = "x-dsv4-replica"
+from serving.gateway.replica_header import HEADER
+
+REPLICA_HEADER = HEADER.decode()
 # `up --set` assignments a local app needs for this workload: cached tokens in each
 # response's usage (vLLM's enable_prompt_tokens_details).
 CACHED_TOKENS_SETS = ("engine_args.enable_prompt_tokens_details=true",)

@@ -181,8 +181,8 @@ def fail_one(app: dict, design: GoldenDesign, victim_pattern: str) -> dict:
     after = [outcome for t, outcome in prober.results if t >= killed]
     return {
         "stream_endings": {
-            side: sorted(s.ending for s in streams if (s.replica == victim) == on_victim)
-            for side, on_victim in (("victim", True), ("survivor", False))
+            "victim": sorted(s.ending for s in streams if s.replica == victim),
+            "survivor": sorted(s.ending for s in streams if s.replica != victim),
         },
         "new_requests_after_kill": len(after),
         "new_requests_failed": [o for o in after if o != "ok"],

@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from serving.bench.conversations import (
+    REPLICA_HEADER,
     Client,
     ConversationWorkload,
     Session,
@@ -204,7 +205,7 @@ def test_a_hot_key_spills_to_the_other_replica_within_the_bound(app):
         await asyncio.sleep(delay)
         response = await client.post("/v1/chat/completions", json=body)
         assert response.status_code == 200, response.text
-        return response.headers["x-dsv4-replica"]
+        return response.headers[REPLICA_HEADER]
 
     async def burst() -> Counter:
         async with httpx.AsyncClient(base_url=app["base"], headers=AUTH, timeout=300) as c:
